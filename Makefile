@@ -1,0 +1,35 @@
+# All set-up happens here: a fresh machine needs only Python 3.11+.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv test test-long run bench lint clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
+# The long property runs (thousands of examples); not part of `make test`.
+test-long: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+run: $(STAMP)
+	$(VENV)/bin/kraft dev --data-dir ./data
+
+bench: $(STAMP)
+	$(PY) -m bench.storage_bench
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

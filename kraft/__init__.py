@@ -1,0 +1,1 @@
+"""Controller quorum (KRaft-style metadata log on Raft) and the `kraft` command line."""

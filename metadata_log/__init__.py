@@ -1,0 +1,1 @@
+"""The cluster metadata log: typed records, image, delta, snapshots (no I/O)."""

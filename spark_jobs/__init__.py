@@ -1,0 +1,1 @@
+"""Spark data source reading topics over the Kafka protocol."""

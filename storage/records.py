@@ -1,0 +1,227 @@
+"""Records inside a v2 batch: build batches and decode them.
+
+For tools, tests, timestamp lookups and readers. The produce, fetch and replication
+paths never come here: they work on whole batches (`storage.record_batch`).
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from crc32c import crc32c
+
+from storage.compression import Compression, compress, decompress
+from storage.record_batch import (
+    CONTROL_MASK,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    CorruptRecordError,
+    RecordBatchView,
+)
+
+_HEADER_NO_CRC = struct.Struct(">qiib")  # baseOffset, batchLength, epoch, magic
+_AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. recordCount
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record. `timestamp` is absolute ms; `offset` is set when read from a batch."""
+
+    value: bytes | None
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp: int | None = None
+    offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedBatch:
+    base_offset: int
+    partition_leader_epoch: int
+    log_append_time: bool
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    is_transactional: bool
+    is_control: bool
+    records: list[Record] = field(default_factory=list)
+
+
+def _zigzag(n: int) -> int:
+    return (n << 1) ^ (n >> 63)
+
+
+def write_varint(out: bytearray, n: int) -> None:
+    """Kafka's signed varint/varlong (zigzag, base-128)."""
+    v = _zigzag(n) & 0xFFFFFFFFFFFFFFFF
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """Decode a zigzag varint at `pos`; returns (value, next position)."""
+    shift = 0
+    v = 0
+    while True:
+        if pos >= len(buf):
+            raise CorruptRecordError("varint runs past the end of the record")
+        b = buf[pos]
+        pos += 1
+        v |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordError("varint is longer than 10 bytes")
+    return (v >> 1) ^ -(v & 1), pos
+
+
+def _write_bytes(out: bytearray, data: bytes | None) -> None:
+    if data is None:
+        write_varint(out, -1)
+    else:
+        write_varint(out, len(data))
+        out += data
+
+
+def build_batch(
+    records: Sequence[Record],
+    *,
+    base_offset: int = 0,
+    compression: Compression | int = Compression.NONE,
+    log_append_time: bool = False,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    partition_leader_epoch: int = -1,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    now_ms: int | None = None,
+) -> bytes:
+    """Encode `records` as one magic-2 batch (records without a timestamp get `now_ms`)."""
+    if not records:
+        raise ValueError("a record batch needs at least one record")
+    if now_ms is None:
+        now_ms = int(time.time() * 1000)
+    stamps = [now_ms if r.timestamp is None else r.timestamp for r in records]
+    base_ts = stamps[0]
+    body = bytearray()
+    for delta, (rec, ts) in enumerate(zip(records, stamps, strict=True)):
+        rec_out = bytearray()
+        rec_out.append(0)  # record attributes: unused
+        write_varint(rec_out, ts - base_ts)
+        write_varint(rec_out, delta)
+        _write_bytes(rec_out, rec.key)
+        _write_bytes(rec_out, rec.value)
+        write_varint(rec_out, len(rec.headers))
+        for hkey, hval in rec.headers:
+            _write_bytes(rec_out, hkey.encode())
+            _write_bytes(rec_out, hval)
+        write_varint(body, len(rec_out))
+        body += rec_out
+    payload = compress(compression, bytes(body))
+    attributes = int(compression)
+    if log_append_time:
+        attributes |= TIMESTAMP_TYPE_MASK
+    if is_transactional:
+        attributes |= TRANSACTIONAL_MASK
+    if is_control:
+        attributes |= CONTROL_MASK
+    after_crc = _AFTER_CRC.pack(
+        attributes,
+        len(records) - 1,
+        base_ts,
+        max(stamps),
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(records),
+    )
+    crc = crc32c(after_crc + payload)
+    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
+    head = _HEADER_NO_CRC.pack(base_offset, batch_length, partition_leader_epoch, 2)
+    return head + struct.pack(">I", crc) + after_crc + payload
+
+
+def build_records(batches: Iterable[bytes]) -> bytes:
+    return b"".join(batches)
+
+
+def decode_batch(view: RecordBatchView) -> DecodedBatch:
+    """Decode every record of one (already validated) batch."""
+    mv = view.memory()
+    payload = mv[HEADER_SIZE:]
+    if view.compression:
+        try:
+            payload = memoryview(decompress(view.compression, payload))
+        except ValueError as exc:
+            raise CorruptRecordError(str(exc)) from exc
+    base_offset = view.base_offset
+    base_ts = view.base_timestamp
+    append_time = view.is_log_append_time
+    max_ts = view.max_timestamp
+    records: list[Record] = []
+    pos = 0
+    for _ in range(view.record_count):
+        length, pos = read_varint(payload, pos)
+        end = pos + length
+        if length < 0 or end > len(payload):
+            raise CorruptRecordError("record length runs past the batch")
+        pos += 1  # attributes
+        ts_delta, pos = read_varint(payload, pos)
+        off_delta, pos = read_varint(payload, pos)
+        key, pos = _read_bytes(payload, pos, end)
+        value, pos = _read_bytes(payload, pos, end)
+        n_headers, pos = read_varint(payload, pos)
+        if n_headers < 0 or n_headers > length:
+            raise CorruptRecordError(f"record has an invalid header count {n_headers}")
+        headers = []
+        for _h in range(n_headers):
+            hkey, pos = _read_bytes(payload, pos, end)
+            hval, pos = _read_bytes(payload, pos, end)
+            if hkey is None:
+                raise CorruptRecordError("record header key is null")
+            headers.append((hkey.decode("utf-8", "replace"), hval))
+        if pos != end:
+            raise CorruptRecordError("record length does not match its fields")
+        records.append(
+            Record(
+                value=value,
+                key=key,
+                headers=tuple(headers),
+                timestamp=max_ts if append_time else base_ts + ts_delta,
+                offset=base_offset + off_delta,
+            )
+        )
+    if pos != len(payload):
+        raise CorruptRecordError("bytes left over after the batch's last record")
+    return DecodedBatch(
+        base_offset=base_offset,
+        partition_leader_epoch=view.partition_leader_epoch,
+        log_append_time=append_time,
+        max_timestamp=max_ts,
+        producer_id=view.producer_id,
+        producer_epoch=view.producer_epoch,
+        base_sequence=view.base_sequence,
+        is_transactional=view.is_transactional,
+        is_control=view.is_control,
+        records=records,
+    )
+
+
+def _read_bytes(buf: memoryview, pos: int, end: int) -> tuple[bytes | None, int]:
+    n, pos = read_varint(buf, pos)
+    if n < 0:
+        return None, pos
+    if pos + n > end:
+        raise CorruptRecordError("record field runs past the record")
+    return bytes(buf[pos : pos + n]), pos + n
+
