@@ -29,13 +29,17 @@ class LeaderEpochCache:
     def __init__(self, checkpoint_path: Path | None) -> None:
         self._path = checkpoint_path
         self._entries: list[EpochEntry] = []
+        self.needs_rebuild = False  # the file was missing or corrupt: rebuild from the log
         if checkpoint_path is not None:
             self._load(checkpoint_path)
 
     def _load(self, path: Path) -> None:
         try:
-            raw = read_leader_epochs(path) or []
+            loaded = read_leader_epochs(path)
+            self.needs_rebuild = loaded is None
+            raw = loaded or []
         except CheckpointError as exc:
+            self.needs_rebuild = True
             # Rebuildable from the log's batch headers: the Log does that when the cache
             # comes back empty, so a corrupt file costs a scan, never data.
             log.warning("ignoring corrupt leader epoch checkpoint", extra={"error": str(exc)})
@@ -48,6 +52,7 @@ class LeaderEpochCache:
         if not ok:
             log.warning("ignoring out-of-order leader epoch checkpoint", extra={"path": str(path)})
             entries = []
+            self.needs_rebuild = True
         self._entries = entries
 
     @property

@@ -26,16 +26,21 @@ class _SparseIndex:
         self.base_offset = base_offset
         self.max_entries = max(1, max_index_size // self.ENTRY.size)
         self._buf = bytearray()
-        self._on_disk = 0  # bytes of _buf known to be in the file
+        # The file holds _buf[:_synced] (then possibly stale bytes) and is _file_size long.
+        self._synced = 0
+        self._file_size = 0
+        self.was_missing = False  # a missing index must be rebuilt from the log
         try:
             data = path.read_bytes()
         except FileNotFoundError:
             data = b""
+            self.was_missing = True
             path.touch()
         # A torn final entry is dropped here; deeper checks are sanity_check()'s.
         usable = len(data) - len(data) % self.ENTRY.size
         self._buf[:] = data[:usable]
-        self._on_disk = len(data)
+        self._synced = usable
+        self._file_size = len(data)
 
     @property
     def entries(self) -> int:
@@ -63,23 +68,23 @@ class _SparseIndex:
 
     def _truncate_entries(self, n: int) -> None:
         del self._buf[n * self.ENTRY.size :]
+        self._synced = min(self._synced, len(self._buf))
 
     def _indices_to_check(self, full: bool) -> range:
         return range(self.entries) if full else range(max(0, self.entries - 1), self.entries)
 
     def reset(self) -> None:
         self._buf.clear()
+        self._synced = 0
 
     def flush(self, fsync: bool = True) -> None:
-        """Bring the file in line with memory (append the tail or cut it) and fsync."""
+        """Bring the file in line with memory (rewrite what changed, cut the rest), fsync."""
         with open(self.path, "r+b") as f:
-            if self._on_disk > len(self._buf):
+            if self._synced < len(self._buf) or self._file_size != len(self._buf):
+                f.seek(self._synced)
+                f.write(self._buf[self._synced :])
                 f.truncate(len(self._buf))
-                self._on_disk = len(self._buf)
-            if self._on_disk < len(self._buf):
-                f.seek(self._on_disk)
-                f.write(self._buf[self._on_disk :])
-                self._on_disk = len(self._buf)
+                self._synced = self._file_size = len(self._buf)
             if fsync:
                 f.flush()
                 os.fsync(f.fileno())
@@ -134,8 +139,8 @@ class OffsetIndex(_SparseIndex):
             if rel <= last_rel or pos <= last_pos or pos >= log_size or rel < 0:
                 raise CorruptIndexError(f"{self.path}: entry {i} ({rel}, {pos}) is out of order")
             last_rel, last_pos = rel, pos
-        if self._on_disk % self.ENTRY.size:
-            raise CorruptIndexError(f"{self.path}: size {self._on_disk} is not a whole entry")
+        if self._file_size % self.ENTRY.size:
+            raise CorruptIndexError(f"{self.path}: size {self._file_size} is not a whole entry")
 
 
 class TimeIndex(_SparseIndex):
@@ -177,5 +182,5 @@ class TimeIndex(_SparseIndex):
             if ts <= last_ts or rel <= last_rel or rel < 0:
                 raise CorruptIndexError(f"{self.path}: entry {i} ({ts}, {rel}) is out of order")
             last_ts, last_rel = ts, rel
-        if self._on_disk % self.ENTRY.size:
-            raise CorruptIndexError(f"{self.path}: size {self._on_disk} is not a whole entry")
+        if self._file_size % self.ENTRY.size:
+            raise CorruptIndexError(f"{self.path}: size {self._file_size} is not a whole entry")

@@ -24,8 +24,11 @@ from storage.checkpoint import LEADER_EPOCH_CHECKPOINT
 from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
 from storage.record_batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
     RecordBatchError,
     RecordBatchView,
+    header_fields,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
@@ -125,16 +128,14 @@ class Log:
         self._clock = clock
         self._lock = threading.RLock()
         self.dir.mkdir(parents=True, exist_ok=True)
-        epoch_file = self.dir / LEADER_EPOCH_CHECKPOINT
-        epoch_file_present = epoch_file.exists()
-        self.leader_epoch_cache = LeaderEpochCache(epoch_file)
+        self.leader_epoch_cache = LeaderEpochCache(self.dir / LEADER_EPOCH_CHECKPOINT)
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         self._closed = False
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
         self.recovery_point = recovery_point
-        self._load(had_clean_shutdown, epoch_file_present)
+        self._load(had_clean_shutdown)
         self.log_start_offset = min(
             max(log_start_offset, self._segments[0].base_offset), self.log_end_offset
         )
@@ -151,7 +152,7 @@ class Log:
             created_ms=self._clock(),
         )
 
-    def _load(self, had_clean_shutdown: bool, epoch_file_present: bool) -> None:
+    def _load(self, had_clean_shutdown: bool) -> None:
         bases = []
         for path in self.dir.iterdir():
             name = path.name
@@ -170,7 +171,7 @@ class Log:
             self._segments.append(self._new_segment(max(0, self.recovery_point)))
         self._bases = [s.base_offset for s in self._segments]
 
-        rebuild_epochs = not epoch_file_present or self.leader_epoch_cache.is_empty()
+        rebuild_epochs = self.leader_epoch_cache.needs_rebuild
         recovered_from = None
         for i, seg in enumerate(self._segments):
             next_base = self._bases[i + 1] if i + 1 < len(self._bases) else None
@@ -178,7 +179,8 @@ class Log:
             needs_recovery = not had_clean_shutdown and unflushed
             if not needs_recovery:
                 problem = check_index_or_none(seg, full=unflushed)
-                if problem is not None:
+                missing = seg.offset_index.was_missing or seg.time_index.was_missing
+                if problem is not None or (missing and seg.size > 0):
                     log.warning("rebuilding index", extra={"segment": str(seg.log_path)})
                     needs_recovery = True
             if needs_recovery:
@@ -202,10 +204,13 @@ class Log:
             seg = self._segments[i]
             truncated = seg.recover(self.config.max_message_bytes + 1024 * 1024, self._note_epoch)
             seg.flush()
-            if truncated:
+            hole = i + 1 < len(self._segments) and seg.next_offset() != self._bases[i + 1]
+            if truncated or hole:
+                # Segments are contiguous, so a segment ending short of the next one's base
+                # lost its tail in the crash: everything after it is not a prefix any more.
                 log.warning(
                     "truncated a torn or corrupt log tail",
-                    extra={"segment": str(seg.log_path), "bytes": truncated},
+                    extra={"segment": str(seg.log_path), "bytes": truncated, "hole": hole},
                 )
                 for later in self._segments[i + 1 :]:
                     later.close()
@@ -213,13 +218,6 @@ class Log:
                 del self._segments[i + 1 :]
                 break
             i += 1
-        # An empty segment left behind a later one cannot stand between two others.
-        while len(self._segments) > 1 and self._segments[-1].size == 0:
-            if self._segments[-1].base_offset == self._segments[-2].next_offset():
-                break
-            dead = self._segments.pop()
-            dead.close()
-            dead.delete()
         self._bases = [s.base_offset for s in self._segments]
 
     def _note_epoch(self, view: RecordBatchView) -> None:
@@ -261,85 +259,107 @@ class Log:
     def append_as_leader(
         self, records: bytes | bytearray | memoryview, leader_epoch: int
     ) -> LogAppendInfo:
-        """Validate, assign offsets from the LEO, stamp `leader_epoch`, append."""
-        with self._lock:
-            self._check_open()
-            buf, views = self._validated(records, allow_partial_tail=False)
-            now = self._clock()
-            append_time = now if self.config.log_append_time else -1
-            offset = first = self._leo
-            for v in views:
-                set_base_offset(buf, v.pos, offset)
-                set_partition_leader_epoch(buf, v.pos, leader_epoch)
-                if append_time >= 0:
-                    set_log_append_time(buf, v.pos, append_time)
-                offset = v.next_offset
-            if leader_epoch > self.leader_epoch_cache.latest_epoch:
-                self.leader_epoch_cache.assign(leader_epoch, first)
-            return self._append(buf, views, now, append_time)
+        """Validate, assign offsets from the LEO, stamp `leader_epoch`, append.
 
-    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo | None:
-        """Append the leader's batches as they are; a partial trailing batch is dropped.
-
-        Returns None when there was no complete batch.
+        Writable input is patched in place. Read-only input is not copied: each batch's
+        61-byte header is copied and patched, and `os.writev` sends it with the payload.
         """
         with self._lock:
             self._check_open()
-            buf, views = self._validated(records, allow_partial_tail=True)
+            views = validate_records(records)
+            total = self._check_sizes(views, leader=True)
+            now = self._clock()
+            append_time = now if self.config.log_append_time else -1
+            mv = memoryview(records)
+            writable = not mv.readonly
+            parts: list[bytearray | memoryview] = [mv[:total]] if writable else []
+            batches = []
+            offset = first = self._leo
+            for v in views:
+                pos = v.pos
+                _b, length, _e, _m, _c, _a, last_delta, _bt, max_ts, *_rest = header_fields(mv, pos)
+                size = length + LOG_OVERHEAD
+                head, at = (mv, pos) if writable else (bytearray(mv[pos : pos + HEADER_SIZE]), 0)
+                set_base_offset(head, at, offset)
+                set_partition_leader_epoch(head, at, leader_epoch)
+                if append_time >= 0:
+                    payload = None if writable else mv[pos + HEADER_SIZE : pos + size]
+                    set_log_append_time(head, at, append_time, payload)
+                    max_ts = append_time
+                if not writable:
+                    parts.append(head)
+                    parts.append(mv[pos + HEADER_SIZE : pos + size])
+                batches.append(AppendedBatch(pos, offset + last_delta, max_ts, size))
+                offset += last_delta + 1
+            if leader_epoch > self.leader_epoch_cache.latest_epoch:
+                self.leader_epoch_cache.assign(leader_epoch, first)
+            return self._append(parts, total, first, batches, now, append_time)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo | None:
+        """Append the leader's batches as they are (no copy); a partial trailing batch is
+        dropped. Returns None when there was no complete batch.
+
+        As in Kafka, `max.message.bytes` is not applied: the leader accepted the batch.
+        """
+        with self._lock:
+            self._check_open()
+            if not len(records):
+                return None
+            views = validate_records(records, allow_partial_tail=True)
             if not views:
                 return None
+            total = self._check_sizes(views, leader=False)
             expected = self._leo
+            batches = []
             for v in views:
-                if v.base_offset < expected:
-                    raise UnexpectedAppendOffsetError(
-                        f"batch at offset {v.base_offset} does not continue the log at {expected}"
-                    )
-                expected = v.next_offset
-            for v in views:
-                epoch = v.partition_leader_epoch
-                if epoch > self.leader_epoch_cache.latest_epoch:
-                    self.leader_epoch_cache.assign(epoch, v.base_offset)
-            return self._append(buf, views, self._clock(), -1)
-
-    def _validated(
-        self, records: bytes | bytearray | memoryview, allow_partial_tail: bool
-    ) -> tuple[bytearray | memoryview, list[RecordBatchView]]:
-        views = validate_records(records, allow_partial_tail=allow_partial_tail)
-        total = 0
-        for v in views:
-            if v.size > self.config.max_message_bytes:
-                raise RecordTooLargeError(
-                    f"batch of {v.size} bytes exceeds max.message.bytes "
-                    f"{self.config.max_message_bytes}"
+                base, length, epoch, _m, _c, _a, last_delta, _bt, max_ts, *_rest = header_fields(
+                    v.buf, v.pos
                 )
-            total += v.size
+                if base < expected:
+                    raise UnexpectedAppendOffsetError(
+                        f"batch at offset {base} does not continue the log at {expected}"
+                    )
+                expected = base + last_delta + 1
+                if epoch > self.leader_epoch_cache.latest_epoch:
+                    self.leader_epoch_cache.assign(epoch, base)
+                batches.append(AppendedBatch(v.pos, expected - 1, max_ts, length + LOG_OVERHEAD))
+            first = views[0].base_offset
+            return self._append(
+                [memoryview(records)[:total]], total, first, batches, self._clock(), -1
+            )
+
+    def _check_sizes(self, views: list[RecordBatchView], leader: bool) -> int:
+        total = 0
+        limit = self.config.max_message_bytes
+        for v in views:
+            size = v.size
+            if leader and size > limit:
+                raise RecordTooLargeError(
+                    f"batch of {size} bytes exceeds max.message.bytes {limit}"
+                )
+            total += size
         if total > self.config.segment_bytes:
             raise RecordListTooLargeError(
                 f"{total} bytes of batches exceed segment.bytes {self.config.segment_bytes}"
             )
-        mv = memoryview(records)
-        # Patch in place when we may; otherwise one copy (memcpy, far cheaper than the write).
-        buf: bytearray | memoryview = mv[:total] if not mv.readonly else bytearray(mv[:total])
-        return buf, [RecordBatchView(buf, v.pos) for v in views]
+        return total
 
     def _append(
         self,
-        buf: bytearray | memoryview,
-        views: list[RecordBatchView],
+        parts: list[bytearray | memoryview],
+        total: int,
+        first: int,
+        batches: list[AppendedBatch],
         now: int,
         append_time: int,
     ) -> LogAppendInfo:
-        first = views[0].base_offset
-        last = views[-1].last_offset
+        last = batches[-1].last_offset
         max_ts, offset_of_max = -1, first
-        batches = []
-        for v in views:
-            ts = v.max_timestamp
-            if ts > max_ts:
-                max_ts, offset_of_max = ts, v.last_offset
-            batches.append(AppendedBatch(v.pos, v.last_offset, ts, v.size))
-        segment = self._maybe_roll(len(buf), first, last, max_ts, now)
-        segment.append(buf, batches)
+        for b in batches:
+            if b.max_timestamp > max_ts:
+                max_ts, offset_of_max = b.max_timestamp, b.last_offset
+        segment = self._maybe_roll(total, len(batches), first, last, max_ts, now)
+        segment.append(parts, total, batches)
         self._leo = last + 1
         self._unflushed_messages += last - first + 1
         if self._unflushed_messages >= self.config.flush_messages:
@@ -352,30 +372,37 @@ class Log:
             log_append_time_ms=append_time,
             append_time_ms=now,
             log_start_offset=self.log_start_offset,
-            num_batches=len(views),
-            valid_bytes=len(buf),
+            num_batches=len(batches),
+            valid_bytes=total,
         )
 
     def _maybe_roll(
-        self, size: int, first: int, last: int, max_ts: int, now: int
+        self, size: int, n_batches: int, first: int, last: int, max_ts: int, now: int
     ) -> LogSegment:
         seg = self._segments[-1]
+        if last - seg.base_offset > MAX_RELATIVE_OFFSET:
+            # Offsets relative to the segment must fit an int32: only here may a segment
+            # start past the LEO (a follower's huge gap), breaking contiguity.
+            return self.roll(first)
         if seg.size == 0:
-            if seg.base_offset != first:  # e.g. after a follower's first fetch far ahead
-                return self.roll(first)
-            return seg
+            return seg  # an empty active segment takes a batch beyond its base (a gap)
         first_ts = seg.first_batch_timestamp()
-        waited = max_ts - first_ts if first_ts is not None and first_ts >= 0 else (
-            now - seg.created_ms
-        )
+        if first_ts is not None and first_ts >= 0:
+            waited = max_ts - first_ts
+        else:
+            waited = now - seg.created_ms
         if (
             seg.size + size > self.config.segment_bytes
             or waited > self.config.segment_ms
-            or seg.offset_index.is_full()
-            or seg.time_index.is_full()
-            or last - seg.base_offset > MAX_RELATIVE_OFFSET
+            # Room for an index entry per batch of this append, as Kafka never overfills.
+            or seg.offset_index.entries + n_batches > seg.offset_index.max_entries
+            or seg.time_index.entries + n_batches > seg.time_index.max_entries
         ):
-            return self.roll(first)
+            # Roll at the LEO, not at the batch's base: segments stay contiguous (each one
+            # starts where the previous ends), which lets recovery tell a hole from a gap.
+            seg = self.roll(self._leo)
+            if last - seg.base_offset > MAX_RELATIVE_OFFSET:
+                return self.roll(first)
         return seg
 
     def roll(self, new_base: int | None = None) -> LogSegment:
@@ -425,7 +452,8 @@ class Log:
                 )
             if start_offset == self._leo or (max_offset is not None and start_offset >= max_offset):
                 return FetchDataInfo(None)
-            i = bisect.bisect_right(self._bases, start_offset) - 1
+            # Offsets below the first segment (a follower's gap) read from the first one.
+            i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
             while i < len(self._segments):
                 seg = self._segments[i]
                 max_position = None
@@ -620,9 +648,10 @@ class Log:
                 return
             self._closed = True
             active = self._segments[-1]
-            active.time_index.maybe_append(
-                active.max_timestamp_so_far, active.offset_of_max_timestamp
-            )
+            if active.size:
+                active.time_index.maybe_append(
+                    active.max_timestamp_so_far, active.offset_of_max_timestamp
+                )
             for seg in self._segments:
                 seg.close()
 

@@ -215,6 +215,8 @@ def validate_batch(
         _seq,
         count,
     ) = _HEADER.unpack_from(buf, pos)
+    if magic < 0 or magic > CURRENT_MAGIC:
+        raise CorruptRecordError(f"invalid magic {magic} found in record batch")
     if magic != CURRENT_MAGIC:
         raise InvalidRecordError(f"record batch magic {magic} is not supported (only 2)")
     if batch_length < MIN_BATCH_LENGTH:
@@ -302,16 +304,32 @@ def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int
     _I32.pack_into(buf, pos + PARTITION_LEADER_EPOCH, epoch)
 
 
-def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp_ms: int) -> None:
+def set_log_append_time(
+    buf: bytearray | memoryview,
+    pos: int,
+    timestamp_ms: int,
+    payload: bytes | bytearray | memoryview | None = None,
+) -> None:
     """Switch a batch to LogAppendTime with `timestamp_ms` as its max timestamp.
 
-    Both fields are inside the CRC, so the CRC is recomputed (in C, per batch).
+    Both fields are inside the CRC, so the CRC is recomputed (in C, per batch). When
+    `buf` holds only the 61-byte header, `payload` is the rest of the batch.
     """
     attributes = _I16.unpack_from(buf, pos + ATTRIBUTES)[0] | TIMESTAMP_TYPE_MASK
     _I16.pack_into(buf, pos + ATTRIBUTES, attributes)
     _I64.pack_into(buf, pos + MAX_TIMESTAMP, timestamp_ms)
-    size = _I32.unpack_from(buf, pos + BATCH_LENGTH)[0] + LOG_OVERHEAD
-    _U32.pack_into(buf, pos + CRC, crc32c(memoryview(buf)[pos + ATTRIBUTES : pos + size]))
+    mv = memoryview(buf)
+    if payload is None:
+        size = _I32.unpack_from(buf, pos + BATCH_LENGTH)[0] + LOG_OVERHEAD
+        crc = crc32c(mv[pos + ATTRIBUTES : pos + size])
+    else:
+        crc = crc32c(payload, crc32c(mv[pos + ATTRIBUTES : pos + HEADER_SIZE]))
+    _U32.pack_into(buf, pos + CRC, crc)
+
+
+def header_fields(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple:
+    """All 13 header fields at once (baseOffset .. recordCount): one struct call."""
+    return _HEADER.unpack_from(buf, pos)
 
 
 def read_prefix(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:

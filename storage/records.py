@@ -224,4 +224,3 @@ def _read_bytes(buf: memoryview, pos: int, end: int) -> tuple[bytes | None, int]
     if pos + n > end:
         raise CorruptRecordError("record field runs past the record")
     return bytes(buf[pos : pos + n]), pos + n
-

@@ -27,6 +27,7 @@ TIME_INDEX_SUFFIX = ".timeindex"
 _HEAD = struct.Struct(">qiibIhiqq")
 _SCAN_CHUNK = 8 << 20
 MAX_RELATIVE_OFFSET = 2**31 - 1
+_IOV_MAX = 1024  # writev's limit on buffers per call (Linux)
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -109,8 +110,11 @@ class LogSegment:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def append(self, buf: bytes | bytearray | memoryview, batches: list[AppendedBatch]) -> None:
-        """Append whole, already validated and patched batches (all of `buf`)."""
+    def append(
+        self, parts: list[bytearray | memoryview], total: int, batches: list[AppendedBatch]
+    ) -> None:
+        """Append whole, validated and patched batches: `parts` hold `total` bytes, and
+        each batch's `position` counts from the start of those bytes."""
         base_position = self.size
         for b in batches:
             if b.last_offset - self.base_offset > MAX_RELATIVE_OFFSET:
@@ -118,10 +122,15 @@ class LogSegment:
             self._track_batch(b.last_offset, base_position + b.position, b.max_timestamp, b.size)
         if self.size == 0 and batches:
             self._first_batch_timestamp = batches[0].max_timestamp
-        written = os.write(self.file.fileno(), buf)
-        while written < len(buf):  # a short write (signal, full disk): finish or raise
-            written += os.write(self.file.fileno(), memoryview(buf)[written:])
-        self.size += len(buf)
+        fd = self.file.fileno()
+        written = 0
+        for i in range(0, len(parts), _IOV_MAX):
+            written += os.writev(fd, parts[i : i + _IOV_MAX])
+        if written < total:  # a short write (signal, full disk): finish it or raise
+            rest = memoryview(b"".join(parts))[written:]
+            while rest:
+                rest = rest[os.write(fd, rest) :]
+        self.size += total
 
     def _track_batch(self, last_offset: int, position: int, max_ts: int, size: int) -> None:
         """Max timestamp so far, and an index entry every `index.interval.bytes`."""
@@ -322,6 +331,10 @@ class LogSegment:
                 on_batch(view)
             next_offset = view.next_offset
             pos += size
+        # Like a roll: the time index ends with the segment's max, so a later load that
+        # trusts the index (below the recovery point) still knows this segment's times.
+        if pos:
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
         truncated = file_size - pos
         if truncated:
             os.ftruncate(fd, pos)
