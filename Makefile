@@ -25,8 +25,10 @@ test-long: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/kraft dev --data-dir ./data
 
+# Storage: page-cache writes (CPU overhead) and writes that reach the disk (fsync).
 bench: $(STAMP)
 	$(PY) -m bench.storage_bench
+	$(PY) -m bench.storage_bench --fsync --out bench/results/storage_fsync.json
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

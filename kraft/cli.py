@@ -66,9 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     dump.add_argument("file")
     dump.add_argument("--print-data-log", action="store_true", help="also print records")
     for name, what in NOT_BUILT.items():
-        p = sub.add_parser(name, help=f"(not built yet) {what}")
-        p.add_argument("rest", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
+        sub.add_parser(name, help=f"(not built yet) {what}")
+    # Options of the commands not built yet (e.g. `kraft dev --data-dir ./data`, which
+    # `make run` passes) are accepted so that the message below is what the user sees.
+    args, _unknown = parser.parse_known_args(argv)
+    if args.command == "dump-log" and _unknown:
+        parser.error(f"unrecognized arguments: {' '.join(_unknown)}")
     if args.command == "dump-log":
         return _dump_log(args)
     print(f"kraft {args.command}: not built yet: {NOT_BUILT[args.command]}.", file=sys.stderr)

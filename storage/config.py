@@ -63,7 +63,9 @@ class LogConfig:
                 topic["segment.ms"] = _scaled(key, props[key], factor)
         for broker_name, topic_name in _BROKER_TO_TOPIC.items():
             if broker_name in props:
-                topic[topic_name] = props[broker_name]
+                # Checked under the name the operator wrote, so errors point at it.
+                parse = _TOPIC_PROPS[topic_name][1]
+                topic[topic_name] = parse(broker_name, props[broker_name])
         return cls.from_properties(topic)
 
 
@@ -88,19 +90,28 @@ def _timestamp_type(name: str, value: str | int) -> str:
     return str(value)
 
 
-def _bounded(minimum: int):
-    return lambda name, value: _int(name, value, minimum)
+def _bounded(minimum: int, maximum: int = LONG_MAX):
+    def parse(name: str, value: str | int) -> int:
+        n = _int(name, value, minimum)
+        if n > maximum:
+            raise ConfigError(f"{name} must be <= {maximum}, got {n}")
+        return n
+
+    return parse
+
+
+INT_MAX = 2**31 - 1
 
 
 _TOPIC_PROPS = {
     # Kafka's minimum segment size is one batch header (14 bytes in its config docs).
-    "segment.bytes": ("segment_bytes", _bounded(14)),
+    "segment.bytes": ("segment_bytes", _bounded(14, INT_MAX)),
     "segment.ms": ("segment_ms", _bounded(1)),
-    "segment.index.bytes": ("segment_index_bytes", _bounded(4)),
-    "index.interval.bytes": ("index_interval_bytes", _bounded(0)),
+    "segment.index.bytes": ("segment_index_bytes", _bounded(4, INT_MAX)),
+    "index.interval.bytes": ("index_interval_bytes", _bounded(0, INT_MAX)),
     "retention.ms": ("retention_ms", _bounded(-1)),
     "retention.bytes": ("retention_bytes", _bounded(-1)),
-    "max.message.bytes": ("max_message_bytes", _bounded(0)),
+    "max.message.bytes": ("max_message_bytes", _bounded(0, INT_MAX)),
     "message.timestamp.type": ("message_timestamp_type", _timestamp_type),
     "flush.messages": ("flush_messages", _bounded(1)),
     "flush.ms": ("flush_ms", _bounded(0)),

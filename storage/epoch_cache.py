@@ -114,7 +114,11 @@ class LeaderEpochCache:
         return self._entries[i].epoch if i >= 0 else UNDEFINED_EPOCH
 
     def truncate_from_end(self, end_offset: int) -> None:
-        """Drop epochs that start at or after `end_offset` (log truncated to it)."""
+        """Drop epochs that start at or after `end_offset` (log truncated to it).
+
+        A negative offset means "unknown" and changes nothing, as in Kafka."""
+        if end_offset < 0:
+            return
         kept = [e for e in self._entries if e.start_offset < end_offset]
         if kept != self._entries:
             self._entries = kept

@@ -17,16 +17,25 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from storage.checkpoint import LEADER_EPOCH_CHECKPOINT
 from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
+from storage.log_loader import load_log
+from storage.log_types import (
+    FetchDataInfo,
+    LogAppendInfo,
+    OffsetOutOfRangeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+    TimestampAndOffset,
+    UnexpectedAppendOffsetError,
+    parse_topic_partition,
+)
 from storage.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
-    RecordBatchError,
     RecordBatchView,
     header_fields,
     set_base_offset,
@@ -36,14 +45,9 @@ from storage.record_batch import (
 )
 from storage.records import decode_batch
 from storage.segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
     MAX_RELATIVE_OFFSET,
-    TIME_INDEX_SUFFIX,
     AppendedBatch,
-    FileSlice,
     LogSegment,
-    check_index_or_none,
 )
 
 log = logging.getLogger(__name__)
@@ -51,64 +55,6 @@ log = logging.getLogger(__name__)
 
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
-
-
-class OffsetOutOfRangeError(Exception):
-    error_code = 1  # OFFSET_OUT_OF_RANGE
-
-
-class RecordTooLargeError(RecordBatchError):
-    error_code = 10  # MESSAGE_TOO_LARGE
-
-
-class RecordListTooLargeError(RecordBatchError):
-    error_code = 18  # RECORD_LIST_TOO_LARGE
-
-
-class UnexpectedAppendOffsetError(RecordBatchError):
-    """A follower append that does not continue the log (its offsets are not ours)."""
-
-
-def parse_topic_partition(name: str) -> tuple[str, int]:
-    topic, sep, partition = name.rpartition("-")
-    if not sep or not topic or not partition.isdigit():
-        raise ValueError(f"{name!r} is not a <topic>-<partition> directory name")
-    return topic, int(partition)
-
-
-@dataclass(frozen=True, slots=True)
-class LogAppendInfo:
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    log_append_time_ms: int  # -1 unless message.timestamp.type=LogAppendTime
-    append_time_ms: int  # when the append happened (wall clock)
-    log_start_offset: int
-    num_batches: int
-    valid_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class FetchDataInfo:
-    """Bytes for a fetch: a file slice from the batch holding the start offset."""
-
-    records: FileSlice | None
-    first_batch_offset: int = -1
-
-    @property
-    def size(self) -> int:
-        return self.records.size if self.records else 0
-
-    def read(self) -> bytes:
-        return self.records.read() if self.records else b""
-
-
-@dataclass(frozen=True, slots=True)
-class TimestampAndOffset:
-    timestamp: int
-    offset: int
-    leader_epoch: int
 
 
 class Log:
@@ -134,8 +80,18 @@ class Log:
         self._closed = False
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
-        self.recovery_point = recovery_point
-        self._load(had_clean_shutdown)
+        loaded = load_log(
+            self.dir,
+            self._new_segment,
+            recovery_point=recovery_point,
+            had_clean_shutdown=had_clean_shutdown,
+            max_batch_size=self.config.max_message_bytes + 1024 * 1024,
+            epoch_cache=self.leader_epoch_cache,
+        )
+        self._segments = loaded.segments
+        self._bases = [seg.base_offset for seg in self._segments]
+        self._leo = loaded.log_end_offset
+        self.recovery_point = loaded.recovery_point
         self.log_start_offset = min(
             max(log_start_offset, self._segments[0].base_offset), self.log_end_offset
         )
@@ -151,86 +107,6 @@ class Log:
             max_index_size=self.config.segment_index_bytes,
             created_ms=self._clock(),
         )
-
-    def _load(self, had_clean_shutdown: bool) -> None:
-        bases = []
-        for path in self.dir.iterdir():
-            name = path.name
-            if name.endswith((".tmp", ".deleted", ".cleaned", ".swap")):
-                path.unlink(missing_ok=True)  # leftovers of an interrupted operation
-            elif name.endswith(LOG_SUFFIX) and name[: -len(LOG_SUFFIX)].isdigit():
-                bases.append(int(name[: -len(LOG_SUFFIX)]))
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):  # indexes whose log is gone
-            for path in self.dir.glob(f"*{suffix}"):
-                stem = path.name[: -len(suffix)]
-                if stem.isdigit() and int(stem) not in bases:
-                    path.unlink(missing_ok=True)
-        for base in sorted(bases):
-            self._segments.append(self._new_segment(base))
-        if not self._segments:
-            self._segments.append(self._new_segment(max(0, self.recovery_point)))
-        self._bases = [s.base_offset for s in self._segments]
-
-        rebuild_epochs = self.leader_epoch_cache.needs_rebuild
-        recovered_from = None
-        for i, seg in enumerate(self._segments):
-            next_base = self._bases[i + 1] if i + 1 < len(self._bases) else None
-            unflushed = next_base is None or next_base > self.recovery_point
-            needs_recovery = not had_clean_shutdown and unflushed
-            if not needs_recovery:
-                problem = check_index_or_none(seg, full=unflushed)
-                missing = seg.offset_index.was_missing or seg.time_index.was_missing
-                if problem is not None or (missing and seg.size > 0):
-                    log.warning("rebuilding index", extra={"segment": str(seg.log_path)})
-                    needs_recovery = True
-            if needs_recovery:
-                recovered_from = i
-                break
-        if recovered_from is not None:
-            self._recover_from(recovered_from)
-        self._leo = self._segments[-1].next_offset()
-        self.recovery_point = min(self.recovery_point, self._leo)
-        if recovered_from is not None:
-            self.recovery_point = self._leo
-        if rebuild_epochs or recovered_from is not None:
-            self.leader_epoch_cache.truncate_from_end(self._leo)
-            if rebuild_epochs and self._leo > self._segments[0].base_offset:
-                self._rebuild_epoch_cache()
-
-    def _recover_from(self, first: int) -> None:
-        """Rescan segments from index `first`; after a bad batch, later segments go."""
-        i = first
-        while i < len(self._segments):
-            seg = self._segments[i]
-            truncated = seg.recover(self.config.max_message_bytes + 1024 * 1024, self._note_epoch)
-            seg.flush()
-            hole = i + 1 < len(self._segments) and seg.next_offset() != self._bases[i + 1]
-            if truncated or hole:
-                # Segments are contiguous, so a segment ending short of the next one's base
-                # lost its tail in the crash: everything after it is not a prefix any more.
-                log.warning(
-                    "truncated a torn or corrupt log tail",
-                    extra={"segment": str(seg.log_path), "bytes": truncated, "hole": hole},
-                )
-                for later in self._segments[i + 1 :]:
-                    later.close()
-                    later.delete()
-                del self._segments[i + 1 :]
-                break
-            i += 1
-        self._bases = [s.base_offset for s in self._segments]
-
-    def _note_epoch(self, view: RecordBatchView) -> None:
-        epoch = view.partition_leader_epoch
-        if epoch > self.leader_epoch_cache.latest_epoch:
-            self.leader_epoch_cache.assign(epoch, view.base_offset, flush=False)
-
-    def _rebuild_epoch_cache(self) -> None:
-        self.leader_epoch_cache.clear()
-        for seg in self._segments:
-            for view in seg.iter_headers():
-                self._note_epoch(view)
-        self.leader_epoch_cache.flush()
 
     # -- properties --------------------------------------------------------------------------
 

@@ -202,7 +202,9 @@ class LogManager:
     def _by_dir(self, value: Callable[[Log], int]) -> dict[Path, dict[TopicPartition, int]]:
         out: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
         for tp, opened in list(self._logs.items()):
-            out[self._dir_of[tp]][tp] = value(opened)
+            d = self._dir_of.get(tp)
+            if d is not None:  # deleted meanwhile (maintenance runs in a worker thread)
+                out[d][tp] = value(opened)
         return out
 
     def checkpoint_recovery_points(self) -> None:
@@ -291,8 +293,10 @@ class LogManager:
                 if now >= at:
                     try:
                         await asyncio.to_thread(work[name])
-                    except OSError as exc:
-                        log.error("log maintenance failed", extra={"task": name, "error": str(exc)})
+                    except Exception as exc:  # one failed round must not stop maintenance
+                        log.error(
+                            "log maintenance failed", extra={"task": name, "error": repr(exc)}
+                        )
                     due[name] = now + intervals[name]
 
     def _checkpoint_all(self) -> None:

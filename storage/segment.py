@@ -137,7 +137,10 @@ class LogSegment:
         if max_ts > self.max_timestamp_so_far:
             self.max_timestamp_so_far = max_ts
             self.offset_of_max_timestamp = last_offset
-        if self._bytes_since_index_entry > self.index_interval_bytes:
+        # A full index skips the entry (lookups just scan further); the next append rolls.
+        if self._bytes_since_index_entry > self.index_interval_bytes and not (
+            self.offset_index.is_full() or self.time_index.is_full()
+        ):
             self.offset_index.append(last_offset, position)
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
             self._bytes_since_index_entry = 0

@@ -138,20 +138,22 @@ class LogMachine(RuleBasedStateMachine):
                 return i, b"".join(x.data for x in self.batches[i:])
         return len(self.batches), b""
 
-    def _file_offsets(self) -> list[tuple[Path, int, int]]:
-        """(segment file, first model batch index, flushed bytes) for each segment."""
+    def _file_offsets(self) -> list[tuple[Path, int, list[int]]]:
+        """(segment file, flushed bytes, batch boundaries past them) for each segment."""
         out = []
-        for seg in self.log.segments:
-            idx = next((i for i, b in enumerate(self.batches) if b.base >= seg.base_offset), None)
-            flushed = 0
-            if idx is not None:
-                for b in self.batches[idx:]:
-                    if b.last >= self.log.recovery_point or b.base >= (
-                        self._next_base(seg.base_offset)
-                    ):
-                        break
-                    flushed += b.size
-            out.append((seg.log_path, seg.base_offset, flushed))
+        segs = self.log.segments
+        for i, seg in enumerate(segs):
+            next_base = segs[i + 1].base_offset if i + 1 < len(segs) else 2**62
+            flushed, position, boundaries = 0, 0, []
+            for b in self.batches:
+                if b.base < seg.base_offset or b.base >= next_base:
+                    continue
+                position += b.size
+                if b.last < self.log.recovery_point:
+                    flushed = position
+                elif position < seg.size:  # a cut at the end of the file cuts nothing
+                    boundaries.append(position)
+            out.append((seg.log_path, flushed, boundaries))
         return out
 
     def _next_base(self, base: int) -> int:
@@ -279,6 +281,26 @@ class LogMachine(RuleBasedStateMachine):
         got = self.log.offset_for_timestamp(target)
         assert (None if got is None else (got.timestamp, got.offset)) == expected
 
+    @rule()
+    def max_timestamp(self) -> None:
+        """ListOffsets MAX_TIMESTAMP: the first readable record with the largest timestamp."""
+        first_base = self.log.segments[0].base_offset
+        stored = [
+            (ts, off)
+            for b in self.batches
+            if b.base >= first_base
+            for off, ts in zip(range(b.base, b.last + 1), b.timestamps, strict=True)
+        ]
+        readable = [(ts, off) for ts, off in stored if off >= self.lso]
+        got = self.log.max_timestamp_and_offset()
+        if not readable:
+            assert got is None
+            return
+        best = max(ts for ts, _ in readable)
+        if best == max(ts for ts, _ in stored):  # the max is not hidden below the log start
+            expected = min(off for ts, off in readable if ts == best)
+            assert got is not None and (got.timestamp, got.offset) == (best, expected)
+
     # -- log structure -----------------------------------------------------------------------
 
     @rule()
@@ -326,10 +348,49 @@ class LogMachine(RuleBasedStateMachine):
     def retention(self, data: st.DataObject) -> None:
         hw = data.draw(st.integers(self.lso, self.leo))
         old_lso = self.lso
+        expected = self._segments_retention_deletes(hw)
+        before = [seg.base_offset for seg in self.log.segments]
         self.log.delete_old_segments(hw)
+        after = {seg.base_offset for seg in self.log.segments}
+        assert sum(base not in after for base in before) == expected
         self.lso = self.log.log_start_offset
         assert old_lso <= self.lso <= hw
         self._epochs_truncated_from_start()
+        # Retention went exactly as far as it should: the oldest segment left is kept by
+        # the HW, by both limits, or because it is the empty active segment.
+        segs = self.log.segments
+        first = segs[0]
+        next_base = segs[1].base_offset if len(segs) > 1 else self.leo
+        if first.size and next_base <= hw:
+            if self.config.retention_ms >= 0:
+                assert self.clock.now - first.max_timestamp_so_far <= self.config.retention_ms
+            if self.config.retention_bytes >= 0:
+                total = sum(seg.size for seg in segs)
+                assert total - first.size < self.config.retention_bytes
+
+    def _segments_retention_deletes(self, hw: int) -> int:
+        """How many of the oldest segments Kafka's rules delete: retention.ms first (the
+        segment's newest record is older than the limit), then retention.bytes (while the
+        log stays at or over the limit without it); only segments wholly below the HW."""
+        segs = self.log.segments
+        sizes = [seg.size for seg in segs]
+        nexts = [seg.base_offset for seg in segs[1:]] + [self.leo]
+
+        def deletable(i: int) -> bool:
+            return i < len(segs) and sizes[i] > 0 and nexts[i] <= hw
+
+        n = 0
+        if self.config.retention_ms >= 0:
+            while deletable(n) and (
+                self.clock.now - segs[n].max_timestamp_so_far > self.config.retention_ms
+            ):
+                n += 1
+        if self.config.retention_bytes >= 0:
+            excess = sum(sizes[n:]) - self.config.retention_bytes
+            while deletable(n) and excess >= sizes[n]:
+                excess -= sizes[n]
+                n += 1
+        return n
 
     @rule()
     def flush(self) -> None:
@@ -357,23 +418,30 @@ class LogMachine(RuleBasedStateMachine):
         # crash can damage them: past what was flushed.
         del self.log
         damage = data.draw(st.sampled_from(["none", "cut", "garbage", "cut+garbage"]))
-        cut_file = None
         if "cut" in damage:
-            candidates = [(p, f) for p, _b, f in files if p.exists() and p.stat().st_size > f]
+            candidates = [f for f in files if f[0].exists() and f[0].stat().st_size > f[1]]
             if candidates:
-                path, flushed = data.draw(st.sampled_from(candidates))
+                path, flushed, boundaries = data.draw(st.sampled_from(candidates))
                 size = path.stat().st_size
-                at = data.draw(st.integers(flushed, size - 1), label="cut at")
-                os.truncate(path, at)
-                cut_file = path
+                # A cut on a batch boundary leaves no torn batch to notice: only the
+                # contiguity of segments tells recovery that data after it was lost.
+                at = data.draw(
+                    st.one_of(
+                        st.integers(flushed, size - 1), st.sampled_from([flushed, *boundaries])
+                    ),
+                    label="cut at",
+                )
+                os.truncate(path, min(at, size - 1))
         if "garbage" in damage:
-            last = files[-1][0]
-            with open(last, "ab") as f:
+            with open(files[-1][0], "ab") as f:
                 f.write(data.draw(st.binary(min_size=1, max_size=80), label="garbage"))
         if data.draw(st.booleans(), label="lose an index"):
             victims = sorted(self.path.glob("*.index")) + sorted(self.path.glob("*.timeindex"))
             if victims:
                 data.draw(st.sampled_from(victims), label="index").unlink()
+        self._reopen_after_crash(flushed_offset, full_recovery)
+
+    def _reopen_after_crash(self, flushed_offset: int, full_recovery: bool) -> None:
         self.log = Log(
             self.path,
             self.config,
@@ -383,7 +451,7 @@ class LogMachine(RuleBasedStateMachine):
             clock=self.clock,
         )
         new_leo = self.log.log_end_offset
-        assert flushed_offset <= new_leo <= self.leo, (flushed_offset, new_leo, self.leo, cut_file)
+        assert flushed_offset <= new_leo <= self.leo, (flushed_offset, new_leo, self.leo)
         # What survives is a prefix of the model: whole batches below the new LEO (whose
         # bytes the invariants compare), and it holds everything that was flushed.
         self.batches = [b for b in self.batches if b.last < new_leo]
@@ -397,6 +465,25 @@ class LogMachine(RuleBasedStateMachine):
             assert a.epoch < b.epoch and a.start_offset < b.start_offset, entries
         assert all(self.lso <= e.start_offset <= self.leo for e in entries), entries
         self.epochs = entries
+
+    @precondition(
+        lambda self: (
+            hasattr(self, "log")
+            and any(f[0].stat().st_size > f[1] for f in self._file_offsets()[:-1])
+        )
+    )
+    @rule(data=st.data())
+    def crash_losing_the_tail_of_a_rolled_segment(self, data: st.DataObject) -> None:
+        """A rolled, unflushed segment loses its tail on a batch boundary while the newer
+        segment survives: no torn batch shows it; recovery must still keep a prefix."""
+        files = self._file_offsets()[:-1]
+        path, flushed, boundaries = data.draw(
+            st.sampled_from([f for f in files if f[0].stat().st_size > f[1]])
+        )
+        flushed_offset = self.log.recovery_point
+        del self.log
+        os.truncate(path, data.draw(st.sampled_from([flushed, *boundaries])))
+        self._reopen_after_crash(flushed_offset, full_recovery=False)
 
     # -- invariants --------------------------------------------------------------------------
 
@@ -437,7 +524,7 @@ class LogMachine(RuleBasedStateMachine):
 
 
 LogMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("LOG_FSM_EXAMPLES", "150")),
+    max_examples=int(os.environ.get("LOG_FSM_EXAMPLES", "400")),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
