@@ -42,7 +42,9 @@ class LeaderEpochCache:
             self.needs_rebuild = True
             # Rebuildable from the log's batch headers: the Log does that when the cache
             # comes back empty, so a corrupt file costs a scan, never data.
-            log.warning("ignoring corrupt leader epoch checkpoint", extra={"error": str(exc)})
+            log.warning(
+                "ignoring corrupt leader epoch checkpoint: %s", exc, extra={"error": str(exc)}
+            )
             raw = []
         entries = [EpochEntry(e, o) for e, o in raw]
         ok = all(
@@ -50,7 +52,9 @@ class LeaderEpochCache:
             for a, b in zip(entries, entries[1:], strict=False)
         )
         if not ok:
-            log.warning("ignoring out-of-order leader epoch checkpoint", extra={"path": str(path)})
+            log.warning(
+                "ignoring out-of-order leader epoch checkpoint %s", path, extra={"path": str(path)}
+            )
             entries = []
             self.needs_rebuild = True
         self._entries = entries

@@ -100,7 +100,9 @@ def _first_segment_to_recover(
         problem = check_index_or_none(seg, full=unflushed)
         missing = seg.offset_index.was_missing or seg.time_index.was_missing
         if problem is not None or (missing and seg.size > 0):
-            log.warning("rebuilding index", extra={"segment": str(seg.log_path)})
+            log.warning(
+                "rebuilding the indexes of %s", seg.log_path, extra={"segment": str(seg.log_path)}
+            )
             return i
     return None
 
@@ -119,7 +121,11 @@ def _recover_from(
         hole = i + 1 < len(segments) and seg.next_offset() != segments[i + 1].base_offset
         if truncated or hole:
             log.warning(
-                "truncated a torn or corrupt log tail",
+                "recovery cut %s at byte %d (%d bytes torn or corrupt%s)",
+                seg.log_path,
+                seg.size,
+                truncated,
+                "; later segments dropped: a hole" if hole else "",
                 extra={"segment": str(seg.log_path), "bytes": truncated, "hole": hole},
             )
             for later in segments[i + 1 :]:

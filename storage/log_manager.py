@@ -58,7 +58,7 @@ def _read_offsets_or_empty(path: Path) -> dict[TopicPartition, int]:
     except CheckpointError as exc:
         # Safe fallbacks: no recovery point means a full recovery; no log start offset
         # means the first segment's base offset. Nothing acknowledged is lost either way.
-        log.warning("ignoring corrupt checkpoint", extra={"error": str(exc)})
+        log.warning("ignoring corrupt checkpoint: %s", exc, extra={"error": str(exc)})
         return {}
 
 
@@ -103,7 +103,7 @@ class LogManager:
                     tp = parse_topic_partition(entry.name)
                 except ValueError:
                     log.warning(
-                        "skipping a directory that is not a partition", extra={"dir": entry}
+                        "skipping %s: not a partition directory", entry, extra={"dir": str(entry)}
                     )
                     continue
                 if tp in self._logs or any(tp == p for p, _ in partition_dirs):
@@ -128,7 +128,9 @@ class LogManager:
                     self._dir_of[tp] = d
             # From here on a crash must lead to recovery: the marker goes.
             (d / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
-        log.info("log manager started", extra={"logs": len(self._logs)})
+        log.info(
+            "log manager started with %d logs", len(self._logs), extra={"logs": len(self._logs)}
+        )
 
     def _open_log(
         self, job: tuple[TopicPartition, Path, LogConfig, int, int, bool]
@@ -295,7 +297,10 @@ class LogManager:
                         await asyncio.to_thread(work[name])
                     except Exception as exc:  # one failed round must not stop maintenance
                         log.error(
-                            "log maintenance failed", extra={"task": name, "error": repr(exc)}
+                            "log maintenance task %s failed: %r",
+                            name,
+                            exc,
+                            extra={"task": name, "error": repr(exc)},
                         )
                     due[name] = now + intervals[name]
 
