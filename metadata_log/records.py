@@ -1,0 +1,180 @@
+"""Typed, versioned metadata records and their codec (msgspec, msgpack on the wire).
+
+The cluster's shared language: the controllers replicate these records, brokers replay
+them. Names follow KRaft's metadata records (KIP-631). Each record is a tagged struct
+(`type` names it); unknown fields are refused, so a codec mismatch is loud. Bumping a
+record's schema means a new tag or new optional fields with defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+NO_LEADER = -1
+
+# ConfigResource types, as in Kafka's protocol.
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+
+
+class _Record(msgspec.Struct, frozen=True, tag_field="type", forbid_unknown_fields=True):
+    pass
+
+
+class Endpoint(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    name: str  # listener name, e.g. PLAINTEXT
+    host: str
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)]
+    security_protocol: str = "PLAINTEXT"
+
+
+class RegisterBrokerRecord(_Record, tag="register_broker"):
+    broker_id: int
+    incarnation_id: str
+    broker_epoch: int  # the metadata offset of this record: unique per registration
+    listeners: tuple[Endpoint, ...]
+    rack: str | None = None
+    fenced: bool = True
+
+
+class UnregisterBrokerRecord(_Record, tag="unregister_broker"):
+    broker_id: int
+    broker_epoch: int
+
+
+class FenceBrokerRecord(_Record, tag="fence_broker"):
+    broker_id: int
+    broker_epoch: int
+
+
+class UnfenceBrokerRecord(_Record, tag="unfence_broker"):
+    broker_id: int
+    broker_epoch: int
+
+
+class ControlledShutdownRecord(_Record, tag="controlled_shutdown"):
+    """The broker asked to shut down: no new leaderships, none in ISRs (KIP-841)."""
+
+    broker_id: int
+    broker_epoch: int
+
+
+class TopicRecord(_Record, tag="topic"):
+    name: str
+    topic_id: str  # UUID, canonical text form
+
+
+class PartitionRecord(_Record, tag="partition"):
+    topic_id: str
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+
+
+class PartitionChangeRecord(_Record, tag="partition_change"):
+    """New full state of a partition's leadership. Carries the resulting epochs so
+    replay needs no rules: a leader change bumps leader_epoch, any change bumps
+    partition_epoch (the controller computes both)."""
+
+    topic_id: str
+    partition: int
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    replicas: tuple[int, ...] | None = None  # None: unchanged
+
+
+class RemoveTopicRecord(_Record, tag="remove_topic"):
+    topic_id: str
+
+
+class ConfigRecord(_Record, tag="config"):
+    resource_type: int  # TOPIC_RESOURCE or BROKER_RESOURCE
+    resource_name: str  # topic name, or broker id as text ("" = cluster default)
+    name: str
+    value: str | None  # None deletes the override
+
+
+class ProducerIdsRecord(_Record, tag="producer_ids"):
+    """A block of producer ids handed to a broker: the next free id is `next_producer_id`."""
+
+    broker_id: int
+    broker_epoch: int
+    next_producer_id: int
+
+
+class ControllerEpochRecord(_Record, tag="controller_epoch"):
+    """The barrier a new active controller commits before acting (its Raft term)."""
+
+    controller_epoch: int
+    controller_id: int
+
+
+class NoOpRecord(_Record, tag="no_op"):
+    """Written periodically so brokers can tell a live log from a stale one."""
+
+
+Record = (
+    RegisterBrokerRecord
+    | UnregisterBrokerRecord
+    | FenceBrokerRecord
+    | UnfenceBrokerRecord
+    | ControlledShutdownRecord
+    | TopicRecord
+    | PartitionRecord
+    | PartitionChangeRecord
+    | RemoveTopicRecord
+    | ConfigRecord
+    | ProducerIdsRecord
+    | ControllerEpochRecord
+    | NoOpRecord
+)
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Record)
+_list_decoder = msgspec.msgpack.Decoder(list[Record])
+_json_encoder = msgspec.json.Encoder()
+_json_decoder = msgspec.json.Decoder(list[Record])
+
+
+class RecordDecodeError(ValueError):
+    pass
+
+
+def encode(record: Record) -> bytes:
+    return _encoder.encode(record)
+
+
+def decode(data: bytes) -> Record:
+    try:
+        return _decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise RecordDecodeError(f"bad metadata record: {exc}") from exc
+
+
+def encode_batch(records: list[Record]) -> bytes:
+    return _encoder.encode(records)
+
+
+def decode_batch(data: bytes) -> list[Record]:
+    try:
+        return _list_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise RecordDecodeError(f"bad metadata record batch: {exc}") from exc
+
+
+def to_json(records: list[Record]) -> bytes:
+    return _json_encoder.encode(records)
+
+
+def from_json(data: bytes) -> list[Record]:
+    try:
+        return _json_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise RecordDecodeError(f"bad metadata records: {exc}") from exc
