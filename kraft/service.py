@@ -1,0 +1,78 @@
+"""What the HTTP API needs from a controller node: the seam between `http_api` (routes,
+validation, redirects) and `node` (quorum, active-controller loop, decisions).
+
+Every write method raises `NotActiveController` on a node that is not the active
+controller (the API answers with a redirect to the leader, or 503 when none is known).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from metadata_log.controller_api import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    IncrementalAlterConfigsRequest,
+    QuorumStatus,
+)
+from metadata_log.image import MetadataImage
+
+
+class NotActiveController(Exception):
+    """This node may not decide. `leader_http` is where the active controller answers
+    ("host:port"), or None when no leader is known."""
+
+    def __init__(self, leader_http: str | None) -> None:
+        super().__init__(f"not the active controller (leader: {leader_http})")
+        self.leader_http = leader_http
+
+
+class ControllerService(Protocol):
+    # -- writes (active controller only) ----------------------------------------------------
+    async def register_broker(
+        self, req: BrokerRegistrationRequest
+    ) -> BrokerRegistrationResponse: ...
+    async def heartbeat(self, req: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse: ...
+    async def alter_partition(self, req: AlterPartitionRequest) -> AlterPartitionResponse: ...
+    async def allocate_producer_ids(
+        self, req: AllocateProducerIdsRequest
+    ) -> AllocateProducerIdsResponse: ...
+    async def create_topics(self, req: CreateTopicsRequest) -> CreateTopicsResponse: ...
+    async def delete_topics(self, req: DeleteTopicsRequest) -> DeleteTopicsResponse: ...
+    async def create_partitions(self, req: CreatePartitionsRequest) -> CreatePartitionsResponse: ...
+    async def elect_leaders(self, req: ElectLeadersRequest) -> ElectLeadersResponse: ...
+    async def alter_configs(self, req: IncrementalAlterConfigsRequest) -> None: ...
+
+    # -- reads (any controller: committed state) --------------------------------------------
+    def status(self) -> QuorumStatus: ...
+    def image(self) -> MetadataImage: ...
+    def records_from(self, offset: int, max_records: int) -> list[tuple[int, bytes]] | None:
+        """Committed encoded records from `offset`, or None if it fell off the tail."""
+        ...
+
+    def snapshot(self) -> tuple[MetadataImage, int]:
+        """The committed image and the next offset after it."""
+        ...
+
+    async def wait_for_offset(self, offset: int, timeout_s: float) -> bool:
+        """Wait until a record at `offset` is committed here (long-poll), or time out."""
+        ...
+
+    def metrics(self) -> dict[str, float]:
+        """Gauges for /metrics: role, term, metadata offset, commit latency, fenced brokers,
+        offline partitions."""
+        ...

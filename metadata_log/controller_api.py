@@ -1,0 +1,219 @@
+"""Request and response bodies of the controllers' HTTP API (JSON via msgspec).
+
+Shared by the controllers (`kraft/`) and the brokers (`broker/`), which may import
+`metadata_log` but never `kraft` internals. Field names follow Kafka's RPCs
+(BrokerRegistration, BrokerHeartbeat, AlterPartition, CreateTopics, ...); error codes
+are Kafka's numbers (`Errors`). Unknown fields are refused, so typos are loud.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from metadata_log.records import Endpoint
+
+
+class Errors:
+    """Kafka error codes used by the controller API."""
+
+    NONE = 0
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    REQUEST_TIMED_OUT = 7
+    INVALID_TOPIC_EXCEPTION = 17
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
+    INVALID_CONFIG = 40
+    NOT_CONTROLLER = 41
+    INVALID_REQUEST = 42
+    POLICY_VIOLATION = 44
+    FENCED_LEADER_EPOCH = 74
+    STALE_BROKER_EPOCH = 77
+    PREFERRED_LEADER_NOT_AVAILABLE = 80
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+    ELECTION_NOT_NEEDED = 84
+    INVALID_UPDATE_VERSION = 95
+    UNKNOWN_TOPIC_ID = 100
+    DUPLICATE_BROKER_REGISTRATION = 101
+    BROKER_ID_NOT_REGISTERED = 102
+    NEW_LEADER_ELECTED = 106
+    INELIGIBLE_REPLICA = 107
+    UNKNOWN_SERVER_ERROR = -1
+
+
+class _Body(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    pass
+
+
+NodeId = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=249)]
+
+
+# -- brokers -------------------------------------------------------------------------------
+
+
+class BrokerRegistrationRequest(_Body):
+    broker_id: NodeId
+    incarnation_id: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    listeners: Annotated[list[Endpoint], msgspec.Meta(min_length=1, max_length=16)]
+    rack: str | None = None
+
+
+class BrokerRegistrationResponse(_Body):
+    error_code: int
+    broker_epoch: int = -1
+    error_message: str | None = None
+
+
+class BrokerHeartbeatRequest(_Body):
+    broker_id: NodeId
+    broker_epoch: int
+    current_metadata_offset: int
+    want_fence: bool = False
+    want_shutdown: bool = False
+
+
+class BrokerHeartbeatResponse(_Body):
+    error_code: int
+    is_caught_up: bool = False
+    is_fenced: bool = True
+    should_shut_down: bool = False
+    error_message: str | None = None
+
+
+class AlterPartitionRequest(_Body):
+    broker_id: NodeId
+    broker_epoch: int
+    topic_id: str
+    partition: Annotated[int, msgspec.Meta(ge=0)]
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: Annotated[list[NodeId], msgspec.Meta(min_length=1, max_length=1024)]
+
+
+class AlterPartitionResponse(_Body):
+    error_code: int
+    leader: int = -1
+    leader_epoch: int = -1
+    partition_epoch: int = -1
+    isr: list[int] = msgspec.field(default_factory=list)
+    error_message: str | None = None
+
+
+class AllocateProducerIdsRequest(_Body):
+    broker_id: NodeId
+    broker_epoch: int
+
+
+class AllocateProducerIdsResponse(_Body):
+    error_code: int
+    producer_id_start: int = -1
+    producer_id_len: int = 0
+    error_message: str | None = None
+
+
+# -- admin ---------------------------------------------------------------------------------
+
+
+class CreatableTopic(_Body):
+    name: Name
+    num_partitions: Annotated[int, msgspec.Meta(ge=-1, le=100_000)] = -1  # -1: default
+    replication_factor: Annotated[int, msgspec.Meta(ge=-1, le=32_767)] = -1  # -1: default
+    # partition -> replica ids; when given, num_partitions/replication_factor must be -1
+    assignments: dict[int, list[NodeId]] | None = None
+    configs: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class CreateTopicsRequest(_Body):
+    topics: Annotated[list[CreatableTopic], msgspec.Meta(min_length=1, max_length=10_000)]
+    validate_only: bool = False
+
+
+class CreatableTopicResult(_Body):
+    name: str
+    error_code: int
+    topic_id: str | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+    error_message: str | None = None
+
+
+class CreateTopicsResponse(_Body):
+    topics: list[CreatableTopicResult]
+
+
+class DeleteTopicsRequest(_Body):
+    names: Annotated[list[Name], msgspec.Meta(min_length=1, max_length=10_000)]
+
+
+class TopicResult(_Body):
+    name: str
+    error_code: int
+    error_message: str | None = None
+
+
+class DeleteTopicsResponse(_Body):
+    topics: list[TopicResult]
+
+
+class CreatePartitionsTopic(_Body):
+    name: Name
+    count: Annotated[int, msgspec.Meta(ge=1, le=100_000)]  # the new total
+    assignments: list[list[NodeId]] | None = None  # replicas of each new partition
+
+
+class CreatePartitionsRequest(_Body):
+    topics: Annotated[list[CreatePartitionsTopic], msgspec.Meta(min_length=1)]
+    validate_only: bool = False
+
+
+class CreatePartitionsResponse(_Body):
+    topics: list[TopicResult]
+
+
+class TopicPartition(_Body):
+    topic: Name
+    partition: Annotated[int, msgspec.Meta(ge=0)]
+
+
+class ElectLeadersRequest(_Body):
+    election_type: Annotated[int, msgspec.Meta(ge=0, le=1)] = 0  # 0 preferred, 1 unclean
+    partitions: list[TopicPartition] | None = None  # None: every partition
+
+
+class PartitionResult(_Body):
+    topic: str
+    partition: int
+    error_code: int
+    error_message: str | None = None
+
+
+class ElectLeadersResponse(_Body):
+    results: list[PartitionResult]
+
+
+class IncrementalAlterConfigsRequest(_Body):
+    resource_type: Annotated[int, msgspec.Meta(ge=2, le=4)]  # 2 topic, 4 broker
+    resource_name: str
+    set: dict[str, str] = msgspec.field(default_factory=dict)
+    delete: list[str] = msgspec.field(default_factory=list)
+
+
+class ErrorResponse(_Body):
+    error_code: int
+    error_message: str
+
+
+class QuorumStatus(_Body):
+    node_id: int
+    role: str  # "leader" (active controller), "follower", "candidate"
+    term: int
+    leader_id: int  # -1 when unknown
+    leader_http: str | None  # "host:port" of the active controller's HTTP API
+    active: bool  # leader that has committed its barrier: it decides
+    controller_epoch: int
+    metadata_offset: int  # next offset to be written
+    commit_index: int
