@@ -146,9 +146,11 @@ class MetadataStateMachine:
                 )
             if record.leader_epoch < current.leader_epoch:
                 raise MetadataReplayError("leader epoch may not decrease")
-        if isinstance(record, ProducerIdsRecord):
-            if record.next_producer_id <= delta.apply().next_producer_id:
-                raise MetadataReplayError("producer id block was already handed out")
+        if (
+            isinstance(record, ProducerIdsRecord)
+            and record.next_producer_id <= delta.apply().next_producer_id
+        ):
+            raise MetadataReplayError("producer id block was already handed out")
         return record
 
     # -- reads (any thread) ------------------------------------------------------------------

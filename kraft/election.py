@@ -1,0 +1,62 @@
+"""Leader election and ISR repair for one partition, given which brokers are usable.
+
+Rules (Kafka's PartitionChangeBuilder, KIP-841): a usable leader in the ISR stays; the
+ISR drops unusable members while more than one member remains; otherwise the first
+usable ISR member in replica order leads; with none, unclean election (if allowed)
+takes the first usable replica with an ISR of itself, else the partition goes offline
+(leader -1) keeping one ISR member, the last leader if it was one, so that it can lead
+again when it returns. A leader change bumps the leader epoch; any change bumps the
+partition epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from metadata_log.image import PartitionRegistration
+from metadata_log.records import NO_LEADER
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+
+    @classmethod
+    def of(cls, reg: PartitionRegistration) -> PartitionView:
+        return cls(reg.replicas, reg.isr, reg.leader, reg.leader_epoch, reg.partition_epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChange:
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+
+
+def elect(p: PartitionView, usable: set[int], unclean_allowed: bool) -> PartitionChange | None:
+    """The change needed for `p` given the usable brokers, or None when none is."""
+    live_isr = tuple(r for r in p.isr if r in usable)
+    if p.leader != NO_LEADER and p.leader in usable and p.leader in p.isr:
+        leader, isr = p.leader, live_isr
+    elif live_isr:
+        leader = next(r for r in p.replicas if r in live_isr)
+        isr = live_isr
+    elif unclean_allowed and any(r in usable for r in p.replicas):
+        leader = next(r for r in p.replicas if r in usable)
+        isr = (leader,)
+    else:
+        leader = NO_LEADER
+        isr = (p.leader,) if p.leader in p.isr else p.isr[:1]
+    if leader == p.leader and isr == p.isr:
+        return None
+    return PartitionChange(
+        isr=isr,
+        leader=leader,
+        leader_epoch=p.leader_epoch + (1 if leader != p.leader else 0),
+        partition_epoch=p.partition_epoch + 1,
+    )
