@@ -11,12 +11,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from kraft import metadata_cli
 from storage.record_batch import RecordBatchError, validate_batch
 from storage.records import decode_batch
 
 NOT_BUILT = {
     "dev": "the local cluster (3 controllers, 3 brokers) arrives with the broker (issue 4)",
-    "controller": "the controller quorum arrives with issue 3",
     "broker": "the Kafka-protocol broker arrives with issue 4",
 }
 
@@ -65,15 +65,28 @@ def main(argv: list[str] | None = None) -> int:
     dump = sub.add_parser("dump-log", help="print the batches of a .log segment file")
     dump.add_argument("file")
     dump.add_argument("--print-data-log", action="store_true", help="also print records")
+    ctl = sub.add_parser("controller", help="run a controller (Raft voter + HTTP API)")
+    ctl.add_argument("--config", required=True, help="controller.properties")
+    ctl.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    metadata_cli.add_parser(sub)
     for name, what in NOT_BUILT.items():
         sub.add_parser(name, help=f"(not built yet) {what}")
     # Options of the commands not built yet (e.g. `kraft dev --data-dir ./data`, which
     # `make run` passes) are accepted so that the message below is what the user sees.
     args, _unknown = parser.parse_known_args(argv)
-    if args.command == "dump-log" and _unknown:
+    if args.command in ("dump-log", "metadata", "controller") and _unknown:
         parser.error(f"unrecognized arguments: {' '.join(_unknown)}")
     if args.command == "dump-log":
         return _dump_log(args)
+    if args.command == "metadata":
+        return metadata_cli.run(args)
+    if args.command == "controller":
+        from kraft import controller_main  # imported late: it pulls in pysyncobj and aiohttp
+
+        forwarded = ["--config", args.config]
+        for item in args.override:
+            forwarded += ["--override", item]
+        return controller_main.main(forwarded)
     print(f"kraft {args.command}: not built yet: {NOT_BUILT[args.command]}.", file=sys.stderr)
     return 1
 

@@ -167,7 +167,6 @@ def test_dump_log_of_a_missing_file_returns_2(
     "argv",
     [
         ["dev"],
-        ["controller"],
         ["broker", "config/broker.properties"],
         ["dev", "--data-dir", "./data"],  # what `make run` passes
     ],
@@ -188,3 +187,10 @@ def test_dump_log_refuses_unknown_options(
         main(["dump-log", str(path), "--no-such-option"])
     assert info.value.code == 2
     assert "--no-such-option" in capsys.readouterr().err
+
+
+def test_controller_needs_a_config(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["controller"])
+    assert exc.value.code == 2
+    assert "--config" in capsys.readouterr().err
