@@ -1,0 +1,339 @@
+"""ControllerNode: the asyncio shell around the quorum and the sans-I/O decisions.
+
+Who decides: the active controller, i.e. the Raft leader whose barrier
+(`ControllerEpochRecord` with its term as controller epoch) has committed. Raft
+leadership alone is not enough: a new leader has not necessarily applied everything its
+predecessor committed until an entry of its own term commits (Raft, section 5.4.2), and
+a deposed leader may still think it leads for up to `leaderFallbackTimeout`. The barrier
+fixes the first; the state machine refusing every batch whose controller epoch is older
+than the newest committed barrier fixes the second.
+
+How it decides: one write at a time (an asyncio.Lock around "decide on the committed
+image, append, respond"), so each decision sees the previous one's records. A decision
+that no longer applies when its batch reaches the state machine (INVALID: the image
+moved under it, e.g. a fencing tick) is taken again once on the new image.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kraft.controller import Decision, QuorumController
+from kraft.controller_config import ControllerNodeConfig
+from kraft.http_api import ControllerApiError
+from kraft.quorum import Quorum, QuorumError
+from kraft.service import NotActiveController
+from kraft.state_machine import AppendResult, AppendStatus
+from metadata_log.controller_api import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    Errors,
+    IncrementalAlterConfigsRequest,
+    QuorumStatus,
+)
+from metadata_log.image import MetadataImage
+from metadata_log.records import ControllerEpochRecord, NoOpRecord, Record
+
+log = logging.getLogger("kraft.node")
+R = TypeVar("R")
+
+
+def monotonic_ms() -> int:
+    # Session deadlines live only in the active controller's memory: a monotonic clock.
+    return int(time.monotonic() * 1000)
+
+
+class ControllerNode:
+    """Implements kraft.service.ControllerService."""
+
+    def __init__(
+        self,
+        config: ControllerNodeConfig,
+        quorum: Quorum,
+        controller: QuorumController | None = None,
+        *,
+        tick_interval_s: float = 0.25,
+        noop_interval_s: float = 5.0,
+        write_timeout_s: float = 5.0,
+        clock_ms: Callable[[], int] = monotonic_ms,
+    ) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.quorum = quorum
+        self.controller = controller or QuorumController(config.controller_config())
+        self.tick_interval_s = tick_interval_s
+        self.noop_interval_s = noop_interval_s
+        self.write_timeout_s = write_timeout_s
+        self._clock_ms = clock_ms
+        self._active_epoch: int | None = None  # term whose barrier committed, while leader
+        self._lock = asyncio.Lock()  # one decide+append at a time
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._last_append_ms = 0
+        self.activations = 0
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.quorum.add_state_listener(self._on_role_change)
+        self._task = asyncio.create_task(self._run(), name=f"controller-{self.node_id}")
+
+    async def stop(self) -> None:
+        self._deactivate("stopping")
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _on_role_change(self) -> None:
+        if not self.quorum.is_leader:
+            self._deactivate("left the Raft leader role")
+        self._wake.set()
+
+    def _deactivate(self, why: str) -> None:
+        if self._active_epoch is not None:
+            log.info(
+                "controller inactive node=%d epoch=%d reason=%r",
+                self.node_id,
+                self._active_epoch,
+                why,
+            )
+            self._active_epoch = None
+
+    @property
+    def active(self) -> bool:
+        """Checked on every decision, not only on notifications: pysyncobj's role is read
+        directly, so a node stops deciding the moment it leaves the leader state."""
+        epoch = self._active_epoch
+        return epoch is not None and self.quorum.is_leader and self.quorum.term == epoch
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.tick_interval_s)
+            self._wake.clear()
+            try:
+                await self._step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # one bad step must not end the loop that keeps us active
+                log.exception("controller step failed node=%d", self.node_id)
+
+    async def _step(self) -> None:
+        if self._active_epoch is not None and not self.active:
+            self._deactivate("Raft term or role changed")
+        if not self.quorum.is_leader:
+            return
+        if self._active_epoch is None:
+            await self._claim()
+            return
+        async with self._lock:
+            epoch = self._active_epoch
+            if epoch is None or not self.active:
+                return
+            now = self._clock_ms()
+            records = self.controller.tick(self.quorum.image(), now)
+            if not records and now - self._last_append_ms >= self.noop_interval_s * 1000:
+                # Lets brokers tell a live log from a stale one.
+                records = [NoOpRecord()]
+            if records:
+                # Timed out: the next tick decides again. Fenced: _handle_stale deactivated us.
+                with contextlib.suppress(TimeoutError, NotActiveController):
+                    self._handle_stale(await self._append(epoch, records))
+
+    async def _claim(self) -> None:
+        """Commit the barrier of this term; only then act."""
+        term = self.quorum.term
+        async with self._lock:
+            image = self.quorum.image()
+            if not (image.controller_epoch == term and image.controller_id == self.node_id):
+                try:
+                    result = await self.quorum.append(
+                        term,
+                        [ControllerEpochRecord(controller_epoch=term, controller_id=self.node_id)],
+                        timeout_s=self.write_timeout_s,
+                    )
+                except QuorumError as exc:
+                    log.info("barrier not committed node=%d term=%d: %s", self.node_id, term, exc)
+                    return
+                if result.status != AppendStatus.OK:
+                    log.info(
+                        "barrier refused node=%d term=%d: %s", self.node_id, term, result.error
+                    )
+                    return
+            if not (self.quorum.is_leader and self.quorum.term == term):
+                return  # lost the role while committing; whoever leads now claims
+            self._active_epoch = term
+            self._last_append_ms = self._clock_ms()
+            self.controller.activate(self.quorum.image(), self._last_append_ms)
+            self.activations += 1
+            log.info(
+                "controller active node=%d epoch=%d metadata_offset=%d",
+                self.node_id,
+                term,
+                self.quorum.next_offset,
+            )
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def _leader_http(self) -> str | None:
+        leader = self.quorum.leader_id
+        if leader < 0 or leader == self.node_id:
+            return None  # unknown, or us before our barrier committed: retry shortly
+        return self.config.http_address(leader)
+
+    def _require_active(self) -> int:
+        epoch = self._active_epoch
+        if epoch is None or not self.active:
+            raise NotActiveController(self._leader_http())
+        return epoch
+
+    async def _append(self, epoch: int, records: list[Record]) -> AppendResult:
+        try:
+            result = await self.quorum.append(epoch, records, timeout_s=self.write_timeout_s)
+        except QuorumError as exc:
+            # Outcome unknown: the API answers 503 and the client retries.
+            raise TimeoutError(str(exc)) from exc
+        self._last_append_ms = self._clock_ms()
+        return result
+
+    def _handle_stale(self, result: AppendResult) -> None:
+        if result.status == AppendStatus.STALE_CONTROLLER_EPOCH:
+            self._deactivate(f"fenced: {result.error}")
+            raise NotActiveController(self._leader_http())
+
+    async def _write(
+        self, decide: Callable[[MetadataImage, int], Decision]
+    ) -> tuple[Any, AppendResult | None]:
+        self._require_active()  # fail fast, without queueing on the lock
+        async with self._lock:
+            result: AppendResult | None = None
+            for attempt in (1, 2):
+                epoch = self._require_active()
+                decision = decide(self.quorum.image(), self._clock_ms())
+                if not decision.records:
+                    return decision.respond(None), None
+                result = await self._append(epoch, decision.records)
+                self._handle_stale(result)
+                if result.status != AppendStatus.INVALID:
+                    break
+                log.info(
+                    "stale decision re-taken node=%d attempt=%d: %s",
+                    self.node_id,
+                    attempt,
+                    result.error,
+                )
+            return decision.respond(result), result
+
+    async def _call(self, decide: Callable[[MetadataImage, int], Decision]) -> Any:
+        response, _ = await self._write(decide)
+        return response
+
+    async def register_broker(self, req: BrokerRegistrationRequest) -> BrokerRegistrationResponse:
+        return await self._call(lambda img, now: self.controller.register_broker(img, req, now))
+
+    async def heartbeat(self, req: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:
+        return await self._call(lambda img, now: self.controller.heartbeat(img, req, now))
+
+    async def alter_partition(self, req: AlterPartitionRequest) -> AlterPartitionResponse:
+        return await self._call(lambda img, now: self.controller.alter_partition(img, req, now))
+
+    async def allocate_producer_ids(
+        self, req: AllocateProducerIdsRequest
+    ) -> AllocateProducerIdsResponse:
+        return await self._call(
+            lambda img, now: self.controller.allocate_producer_ids(img, req, now)
+        )
+
+    async def create_topics(self, req: CreateTopicsRequest) -> CreateTopicsResponse:
+        return await self._call(lambda img, now: self.controller.create_topics(img, req, now))
+
+    async def delete_topics(self, req: DeleteTopicsRequest) -> DeleteTopicsResponse:
+        return await self._call(lambda img, now: self.controller.delete_topics(img, req, now))
+
+    async def create_partitions(self, req: CreatePartitionsRequest) -> CreatePartitionsResponse:
+        return await self._call(lambda img, now: self.controller.create_partitions(img, req, now))
+
+    async def elect_leaders(self, req: ElectLeadersRequest) -> ElectLeadersResponse:
+        return await self._call(lambda img, now: self.controller.elect_leaders(img, req, now))
+
+    async def alter_configs(self, req: IncrementalAlterConfigsRequest) -> None:
+        def decide(image: MetadataImage, now: int) -> Decision:
+            # QuorumController.alter_configs refuses by raising (its response has no
+            # error field); the API expects ControllerApiError with a Kafka code.
+            try:
+                return self.controller.alter_configs(image, req, now)
+            except KeyError as exc:
+                msg = exc.args[0] if exc.args else str(exc)
+                raise ControllerApiError(Errors.UNKNOWN_TOPIC_OR_PARTITION, str(msg)) from None
+            except ValueError as exc:  # storage.config.ConfigError is a ValueError
+                raise ControllerApiError(Errors.INVALID_CONFIG, str(exc)) from None
+
+        _, result = await self._write(decide)
+        if result is not None and result.status != AppendStatus.OK:
+            raise ControllerApiError(Errors.INVALID_REQUEST, result.error or "not applied")
+
+    # -- reads (any node: committed state) -----------------------------------------------------
+
+    def image(self) -> MetadataImage:
+        return self.quorum.image()
+
+    def records_from(self, offset: int, max_records: int) -> list[tuple[int, bytes]] | None:
+        return self.quorum.records_from(offset, max_records)
+
+    def snapshot(self) -> tuple[MetadataImage, int]:
+        return self.quorum.snapshot()
+
+    async def wait_for_offset(self, offset: int, timeout_s: float) -> bool:
+        return await self.quorum.wait_for_offset(offset, timeout_s)
+
+    def status(self) -> QuorumStatus:
+        raft = self.quorum.status()
+        image = self.quorum.image()
+        leader_http = self.config.http_address(raft.leader_id) if raft.leader_id >= 0 else None
+        return QuorumStatus(
+            node_id=self.node_id,
+            role=raft.role,
+            term=raft.term,
+            leader_id=raft.leader_id,
+            leader_http=leader_http,
+            active=self.active,
+            controller_epoch=image.controller_epoch,
+            metadata_offset=self.quorum.next_offset,
+            commit_index=raft.commit_index,
+        )
+
+    def metrics(self) -> dict[str, float]:
+        image = self.quorum.image()
+        raft = self.quorum.status()
+        return {
+            "controller_active": 1.0 if self.active else 0.0,
+            "quorum_term": float(raft.term),
+            "quorum_leader_id": float(raft.leader_id),
+            "metadata_offset": float(self.quorum.next_offset),
+            "commit_latency_seconds": self.quorum.commit_latency_s,
+            "fenced_brokers": float(sum(1 for b in image.brokers.values() if b.fenced)),
+            "offline_partitions": float(image.offline_partitions()),
+            "append_retries_total": float(self.quorum.append_retries),
+            "controller_activations_total": float(self.activations),
+        }
