@@ -21,12 +21,16 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
-from kraft.service import ControllerService, NotActiveController
+from kraft.service import ControllerApiError, ControllerService, NotActiveController
 from metadata_log.controller_api import (
     AllocateProducerIdsRequest,
     AlterPartitionRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
+    ClusterBroker,
+    ClusterDescription,
+    ClusterPartition,
+    ClusterTopic,
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteTopicsRequest,
@@ -34,10 +38,12 @@ from metadata_log.controller_api import (
     ErrorResponse,
     Errors,
     IncrementalAlterConfigsRequest,
+    LogEntry,
+    LogResponse,
     QuorumStatus,
 )
 from metadata_log.image import MetadataImage
-from metadata_log.records import Endpoint, Record, decode
+from metadata_log.records import decode
 from metadata_log.snapshot import encode_snapshot
 
 log = logging.getLogger(__name__)
@@ -45,7 +51,6 @@ log = logging.getLogger(__name__)
 MAX_WAIT_MS = 30_000  # a long-poll holds a connection and a task: keep it bounded
 MAX_RECORDS = 10_000
 DEFAULT_MAX_RECORDS = 1_000
-OFFSET_OUT_OF_RANGE = 1  # Kafka's code; not (yet) in controller_api.Errors
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 T = TypeVar("T")
@@ -55,29 +60,7 @@ MSGPACK = "application/msgpack"
 PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 
 
-class ControllerApiError(Exception):
-    """A refusal carrying a Kafka error code, for calls whose response has no error field
-    (`alter_configs` returns None). Answered with 400 and an ErrorResponse body."""
-
-    def __init__(self, error_code: int, message: str) -> None:
-        super().__init__(message)
-        self.error_code = error_code
-        self.message = message
-
-
 # -- response bodies owned by this layer ---------------------------------------------------
-
-
-class LogEntry(msgspec.Struct, frozen=True):
-    offset: int
-    record: Record
-
-
-class LogResponse(msgspec.Struct, frozen=True):
-    """GET /v1/metadata/log. The msgpack form decodes with this same type."""
-
-    records: list[LogEntry]
-    next_offset: int
 
 
 class _RawLogEntry(msgspec.Struct, frozen=True):
@@ -88,44 +71,6 @@ class _RawLogEntry(msgspec.Struct, frozen=True):
 class _RawLogResponse(msgspec.Struct, frozen=True):
     records: list[_RawLogEntry]
     next_offset: int
-
-
-class ClusterPartition(msgspec.Struct, frozen=True):
-    partition: int
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    leader: int
-    leader_epoch: int
-    partition_epoch: int
-    offline: bool
-
-
-class ClusterTopic(msgspec.Struct, frozen=True):
-    name: str
-    topic_id: str
-    partitions: list[ClusterPartition]
-    configs: dict[str, str]
-
-
-class ClusterBroker(msgspec.Struct, frozen=True):
-    broker_id: int
-    incarnation_id: str
-    broker_epoch: int
-    listeners: tuple[Endpoint, ...]
-    rack: str | None
-    fenced: bool
-    in_controlled_shutdown: bool
-
-
-class ClusterDescription(msgspec.Struct, frozen=True):
-    controller_id: int  # from the committed image: who wrote the last barrier
-    controller_epoch: int
-    metadata_offset: int  # offset of the last record in the image (-1: none)
-    brokers: list[ClusterBroker]
-    topics: list[ClusterTopic]
-    fenced_brokers: int
-    offline_partitions: int
-    quorum: QuorumStatus  # this node's view of the Raft quorum
 
 
 def describe_cluster(image: MetadataImage, status: QuorumStatus) -> ClusterDescription:
@@ -396,7 +341,7 @@ class _Api:
         if entries is None:
             return _error(
                 410,
-                OFFSET_OUT_OF_RANGE,
+                Errors.OFFSET_OUT_OF_RANGE,
                 f"offset {start} is no longer retained; fetch GET /v1/metadata/snapshot "
                 "and continue from its X-Next-Offset",
             )

@@ -25,9 +25,8 @@ from typing import Any, TypeVar
 
 from kraft.controller import Decision, QuorumController
 from kraft.controller_config import ControllerNodeConfig
-from kraft.http_api import ControllerApiError
 from kraft.quorum import Quorum, QuorumError
-from kraft.service import NotActiveController
+from kraft.service import ControllerApiError, NotActiveController
 from kraft.state_machine import AppendResult, AppendStatus
 from metadata_log.controller_api import (
     AllocateProducerIdsRequest,

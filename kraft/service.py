@@ -41,6 +41,16 @@ class NotActiveController(Exception):
         self.leader_http = leader_http
 
 
+class ControllerApiError(Exception):
+    """A refusal carrying a Kafka error code, for calls whose response has no error field
+    (`alter_configs` returns None). Answered with 400 and an ErrorResponse body."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+
+
 class ControllerService(Protocol):
     # -- writes (active controller only) ----------------------------------------------------
     async def register_broker(

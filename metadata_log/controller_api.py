@@ -8,17 +8,18 @@ are Kafka's numbers (`Errors`). Unknown fields are refused, so typos are loud.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
-from metadata_log.records import Endpoint
+from metadata_log.records import Endpoint, Record
 
 
 class Errors:
     """Kafka error codes used by the controller API."""
 
     NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
     UNKNOWN_TOPIC_OR_PARTITION = 3
     REQUEST_TIMED_OUT = 7
     INVALID_TOPIC_EXCEPTION = 17
@@ -45,10 +46,19 @@ class Errors:
 
 
 class _Body(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    pass
+    """A request: unknown fields are refused, so a typo is loud."""
+
+
+class _Reply(msgspec.Struct, frozen=True):
+    """A response: unknown fields are ignored, so an older broker can read a newer
+    controller's answers during a rolling upgrade."""
 
 
 NodeId = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
+PartitionId = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+TopicId = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=249)]
 
 
@@ -62,7 +72,7 @@ class BrokerRegistrationRequest(_Body):
     rack: str | None = None
 
 
-class BrokerRegistrationResponse(_Body):
+class BrokerRegistrationResponse(_Reply):
     error_code: int
     broker_epoch: int = -1
     error_message: str | None = None
@@ -70,13 +80,13 @@ class BrokerRegistrationResponse(_Body):
 
 class BrokerHeartbeatRequest(_Body):
     broker_id: NodeId
-    broker_epoch: int
-    current_metadata_offset: int
+    broker_epoch: Int64
+    current_metadata_offset: Int64
     want_fence: bool = False
     want_shutdown: bool = False
 
 
-class BrokerHeartbeatResponse(_Body):
+class BrokerHeartbeatResponse(_Reply):
     error_code: int
     is_caught_up: bool = False
     is_fenced: bool = True
@@ -86,15 +96,15 @@ class BrokerHeartbeatResponse(_Body):
 
 class AlterPartitionRequest(_Body):
     broker_id: NodeId
-    broker_epoch: int
-    topic_id: str
-    partition: Annotated[int, msgspec.Meta(ge=0)]
-    leader_epoch: int
-    partition_epoch: int
+    broker_epoch: Int64
+    topic_id: TopicId
+    partition: PartitionId
+    leader_epoch: Int32
+    partition_epoch: Int32
     new_isr: Annotated[list[NodeId], msgspec.Meta(min_length=1, max_length=1024)]
 
 
-class AlterPartitionResponse(_Body):
+class AlterPartitionResponse(_Reply):
     error_code: int
     leader: int = -1
     leader_epoch: int = -1
@@ -105,10 +115,10 @@ class AlterPartitionResponse(_Body):
 
 class AllocateProducerIdsRequest(_Body):
     broker_id: NodeId
-    broker_epoch: int
+    broker_epoch: Int64
 
 
-class AllocateProducerIdsResponse(_Body):
+class AllocateProducerIdsResponse(_Reply):
     error_code: int
     producer_id_start: int = -1
     producer_id_len: int = 0
@@ -123,8 +133,16 @@ class CreatableTopic(_Body):
     num_partitions: Annotated[int, msgspec.Meta(ge=-1, le=100_000)] = -1  # -1: default
     replication_factor: Annotated[int, msgspec.Meta(ge=-1, le=32_767)] = -1  # -1: default
     # partition -> replica ids; when given, num_partitions/replication_factor must be -1
-    assignments: dict[int, list[NodeId]] | None = None
-    configs: dict[str, str] = msgspec.field(default_factory=dict)
+    assignments: (
+        Annotated[
+            dict[PartitionId, Annotated[list[NodeId], msgspec.Meta(max_length=1024)]],
+            msgspec.Meta(max_length=100_000),
+        ]
+        | None
+    ) = None
+    configs: Annotated[dict[str, str], msgspec.Meta(max_length=1000)] = msgspec.field(
+        default_factory=dict
+    )
 
 
 class CreateTopicsRequest(_Body):
@@ -132,7 +150,7 @@ class CreateTopicsRequest(_Body):
     validate_only: bool = False
 
 
-class CreatableTopicResult(_Body):
+class CreatableTopicResult(_Reply):
     name: str
     error_code: int
     topic_id: str | None = None
@@ -141,7 +159,7 @@ class CreatableTopicResult(_Body):
     error_message: str | None = None
 
 
-class CreateTopicsResponse(_Body):
+class CreateTopicsResponse(_Reply):
     topics: list[CreatableTopicResult]
 
 
@@ -149,13 +167,13 @@ class DeleteTopicsRequest(_Body):
     names: Annotated[list[Name], msgspec.Meta(min_length=1, max_length=10_000)]
 
 
-class TopicResult(_Body):
+class TopicResult(_Reply):
     name: str
     error_code: int
     error_message: str | None = None
 
 
-class DeleteTopicsResponse(_Body):
+class DeleteTopicsResponse(_Reply):
     topics: list[TopicResult]
 
 
@@ -170,13 +188,13 @@ class CreatePartitionsRequest(_Body):
     validate_only: bool = False
 
 
-class CreatePartitionsResponse(_Body):
+class CreatePartitionsResponse(_Reply):
     topics: list[TopicResult]
 
 
 class TopicPartition(_Body):
     topic: Name
-    partition: Annotated[int, msgspec.Meta(ge=0)]
+    partition: PartitionId
 
 
 class ElectLeadersRequest(_Body):
@@ -184,30 +202,30 @@ class ElectLeadersRequest(_Body):
     partitions: list[TopicPartition] | None = None  # None: every partition
 
 
-class PartitionResult(_Body):
+class PartitionResult(_Reply):
     topic: str
     partition: int
     error_code: int
     error_message: str | None = None
 
 
-class ElectLeadersResponse(_Body):
+class ElectLeadersResponse(_Reply):
     results: list[PartitionResult]
 
 
 class IncrementalAlterConfigsRequest(_Body):
-    resource_type: Annotated[int, msgspec.Meta(ge=2, le=4)]  # 2 topic, 4 broker
-    resource_name: str
+    resource_type: Literal[2, 4]  # 2 topic, 4 broker (Kafka's ConfigResource types)
+    resource_name: Annotated[str, msgspec.Meta(max_length=249)]
     set: dict[str, str] = msgspec.field(default_factory=dict)
     delete: list[str] = msgspec.field(default_factory=list)
 
 
-class ErrorResponse(_Body):
+class ErrorResponse(_Reply):
     error_code: int
     error_message: str
 
 
-class QuorumStatus(_Body):
+class QuorumStatus(_Reply):
     node_id: int
     role: str  # "leader" (active controller), "follower", "candidate"
     term: int
@@ -217,3 +235,56 @@ class QuorumStatus(_Body):
     controller_epoch: int
     metadata_offset: int  # next offset to be written
     commit_index: int
+
+
+# -- reads ---------------------------------------------------------------------------------
+
+
+class LogEntry(msgspec.Struct, frozen=True):
+    offset: int
+    record: Record
+
+
+class LogResponse(msgspec.Struct, frozen=True):
+    """GET /v1/metadata/log. The msgpack form decodes with this same type."""
+
+    records: list[LogEntry]
+    next_offset: int
+
+
+class ClusterPartition(msgspec.Struct, frozen=True):
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    offline: bool
+
+
+class ClusterTopic(msgspec.Struct, frozen=True):
+    name: str
+    topic_id: str
+    partitions: list[ClusterPartition]
+    configs: dict[str, str]
+
+
+class ClusterBroker(msgspec.Struct, frozen=True):
+    broker_id: int
+    incarnation_id: str
+    broker_epoch: int
+    listeners: tuple[Endpoint, ...]
+    rack: str | None
+    fenced: bool
+    in_controlled_shutdown: bool
+
+
+class ClusterDescription(msgspec.Struct, frozen=True):
+    controller_id: int  # from the committed image: who wrote the last barrier
+    controller_epoch: int
+    metadata_offset: int  # offset of the last record in the image (-1: none)
+    brokers: list[ClusterBroker]
+    topics: list[ClusterTopic]
+    fenced_brokers: int
+    offline_partitions: int
+    quorum: QuorumStatus  # this node's view of the Raft quorum
