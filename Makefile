@@ -29,6 +29,7 @@ run: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.storage_bench
 	$(PY) -m bench.storage_bench --fsync --out bench/results/storage_fsync.json
+	$(PY) -m bench.controller_bench
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

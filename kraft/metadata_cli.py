@@ -12,6 +12,7 @@ from pathlib import Path
 
 import msgspec
 
+from metadata_log.image import MetadataImage
 from metadata_log.snapshot import SnapshotError, read_snapshot, snapshot_records
 
 
@@ -23,6 +24,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--records", action="store_true", help="print records, not the image")
     p.add_argument("--from", dest="from_offset", type=int, default=0, help="first offset")
     p.add_argument("--max-records", type=int, default=10_000)
+
+
+def _image_json(image: MetadataImage) -> dict:
+    """The image as JSON; config keys (resource type, name) become "type:name"."""
+    out = msgspec.to_builtins(msgspec.structs.replace(image, configs={}), str_keys=True)
+    out["configs"] = {f"{t}:{name}": dict(v) for (t, name), v in sorted(image.configs.items())}
+    return out
 
 
 def _get(url: str) -> bytes:
@@ -38,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
                 for record in snapshot_records(image):
                     print(msgspec.json.encode(record).decode())
             else:
-                print(json.dumps(msgspec.to_builtins(image, str_keys=True), indent=2))
+                print(json.dumps(_image_json(image), indent=2))
             return 0
         base = f"http://{args.controller}"
         if args.records:
