@@ -1,0 +1,47 @@
+"""What the API handler modules share: Kafka error codes, the response type, and small
+conversions. Kept apart so `apis` (the dispatcher) and the handler modules import it
+without importing each other."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from broker.codec import CloseConnection as CloseConnection  # re-exported for handlers
+
+# Kafka error codes (org.apache.kafka.common.protocol.Errors) used by the handlers.
+UNKNOWN_SERVER_ERROR = -1
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+INVALID_TOPIC_EXCEPTION = 17
+INVALID_REQUIRED_ACKS = 21
+UNSUPPORTED_VERSION = 35
+TOPIC_ALREADY_EXISTS = 36
+INVALID_REQUEST = 42
+KAFKA_STORAGE_ERROR = 56
+FETCH_SESSION_ID_NOT_FOUND = 70
+INVALID_FETCH_SESSION_EPOCH = 71
+INVALID_RECORD = 87
+UNKNOWN_TOPIC_ID = 100
+MISMATCHED_ENDPOINT_TYPE = 114
+
+# A framed response: bytes, a list of buffers and FileSlices, or None (no response).
+Response = bytes | list[Any] | None
+
+
+def to_ms(value: datetime.timedelta | int) -> int:
+    """kio hands `*_ms` fields over as timedeltas."""
+    if isinstance(value, datetime.timedelta):
+        return value // datetime.timedelta(milliseconds=1)
+    return int(value)
+
+
+def error_code_of(exc: BaseException, default: int = UNKNOWN_SERVER_ERROR) -> int:
+    """The Kafka error an exception carries (storage errors do), else `default`."""
+    code: Any = getattr(exc, "error_code", None)
+    return code if isinstance(code, int) else default

@@ -1,0 +1,396 @@
+"""Data-path handlers: Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, InitProducerId.
+
+Produce and Fetch are the hot path: work per partition and per batch, never per record;
+their responses are hand-written (`codec.encode_produce_response` /
+`encode_fetch_response`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import uuid
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from broker.apis_common import (
+    FETCH_SESSION_ID_NOT_FOUND,
+    INVALID_FETCH_SESSION_EPOCH,
+    INVALID_RECORD,
+    INVALID_REQUEST,
+    INVALID_REQUIRED_ACKS,
+    KAFKA_STORAGE_ERROR,
+    UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    CloseConnection,
+    Response,
+    error_code_of,
+    to_ms,
+)
+from broker.codec import (
+    FetchTopicOut,
+    RequestHeader,
+    encode_fetch_response,
+    encode_produce_response,
+    encode_response,
+)
+from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from storage.record_batch import RecordBatchError, validate_records
+from storage.segment import FileSlice
+
+if TYPE_CHECKING:
+    from broker.apis import KafkaApis
+
+log = logging.getLogger(__name__)
+
+INT32_MAX = 2**31 - 1
+_ZERO_UUID = uuid.UUID(int=0)
+
+# -- Produce ---------------------------------------------------------------------------------
+
+
+def check_produce_records(records: bytes | None) -> ProduceResult | None:
+    """Kafka's rule for Produce v3+: exactly one valid magic-2 batch per partition.
+
+    Returns the error result, or None when the records may be appended. Header checks
+    and the CRC32C (in C) only: records are never parsed here.
+    """
+    if not records:
+        return ProduceResult(INVALID_RECORD, error_message="no record batch for the partition")
+    try:
+        views = validate_records(records)
+    except RecordBatchError as e:
+        return ProduceResult(e.error_code, error_message=str(e))
+    if len(views) != 1:
+        return ProduceResult(
+            INVALID_RECORD, error_message=f"{len(views)} record batches: exactly one is allowed"
+        )
+    return None
+
+
+async def _append(produce: Awaitable[ProduceResult]) -> ProduceResult:
+    """Run one partition's append; failures become batch errors, never
+    UNKNOWN_SERVER_ERROR (which clients retry into duplicates)."""
+    try:
+        return await produce
+    except RecordBatchError as e:
+        return ProduceResult(e.error_code, error_message=str(e))
+    except OSError as e:  # the disk: Kafka's KAFKA_STORAGE_ERROR (retriable)
+        log.exception("produce failed on storage")
+        return ProduceResult(KAFKA_STORAGE_ERROR, error_message=str(e))
+    except Exception as e:
+        log.exception("produce failed")
+        return ProduceResult(INVALID_RECORD, error_message=f"broker error: {e!r}")
+
+
+async def handle_produce(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+    rt = apis.runtime
+    acks = body.acks
+    timeout_ms = to_ms(body.timeout)
+    image = rt.image()
+    out: list[tuple[str, list[list[Any]]]] = []  # (topic, [[partition, result], ...])
+    pending: list[tuple[list[Any], Awaitable[ProduceResult]]] = []
+    for t in body.topic_data:
+        slots: list[list[Any]] = []
+        topic = image.topic_by_name(t.name)
+        for p in t.partition_data:
+            slot: list[Any] = [p.index, None]
+            slots.append(slot)
+            if acks not in (0, 1, -1):
+                slot[1] = ProduceResult(INVALID_REQUIRED_ACKS, error_message=f"acks={acks}")
+            elif topic is None or p.index not in topic.partitions:
+                slot[1] = ProduceResult(UNKNOWN_TOPIC_OR_PARTITION)
+            else:
+                slot[1] = check_produce_records(p.records)
+                if slot[1] is None:
+                    pending.append((slot, rt.produce(t.name, p.index, p.records, acks, timeout_ms)))
+        out.append((t.name, slots))
+    if len(pending) == 1:  # the common case: skip gather's task machinery
+        slot, appended = pending[0]
+        slot[1] = await _append(appended)
+    elif pending:
+        results = await asyncio.gather(*(_append(c) for _, c in pending))
+        for (slot, _), r in zip(pending, results, strict=True):
+            slot[1] = r
+    if acks == 0:
+        failed = [(name, s[0], s[1].error_code) for name, ss in out for s in ss if s[1].error_code]
+        if failed:  # no response carries the error: closing tells the client
+            raise CloseConnection(f"acks=0 produce failed: {failed[:5]}")
+        return None
+    return encode_produce_response(
+        header.api_version,
+        header.correlation_id,
+        [(name, [(s[0], s[1]) for s in ss]) for name, ss in out],
+    )
+
+
+def produce_error(header: RequestHeader, body: Any, code: int) -> Response:
+    if body.acks == 0:
+        raise CloseConnection(f"acks=0 produce failed with error {code}")
+    topics = [
+        (t.name, [(p.index, ProduceResult(code)) for p in t.partition_data])
+        for t in body.topic_data
+    ]
+    return encode_produce_response(header.api_version, header.correlation_id, topics)
+
+
+# -- Fetch -----------------------------------------------------------------------------------
+
+# A fetch plan: per topic (name or UUID), per partition the read to make or an error code.
+FetchPlan = list[tuple[str | uuid.UUID, list[tuple[int, FetchPartition | int]]]]
+
+
+async def handle_fetch(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+    rt = apis.runtime
+    version = header.api_version
+    if getattr(body, "session_id", 0) != 0:  # we never hand out fetch sessions
+        return fetch_error(header, body, FETCH_SESSION_ID_NOT_FOUND)
+    if getattr(body, "session_epoch", -1) not in (-1, 0):
+        return fetch_error(header, body, INVALID_FETCH_SESSION_EPOCH)
+    max_bytes = getattr(body, "max_bytes", INT32_MAX)
+    if max_bytes < 0:
+        return fetch_error(header, body, INVALID_REQUEST)
+    max_wait_ms = to_ms(body.max_wait)
+    replica_id = getattr(body, "replica_id", -1)
+    isolation = getattr(body, "isolation_level", 0)
+    image = rt.image()
+    plan: FetchPlan = []
+    reads: list[FetchPartition] = []
+    for t in body.topics:
+        key: str | uuid.UUID
+        if version >= 13:
+            key = t.topic_id or _ZERO_UUID
+            name = apis.topic_name_by_id(t.topic_id)
+            missing = UNKNOWN_TOPIC_ID
+        else:
+            key = name = t.topic
+            missing = UNKNOWN_TOPIC_OR_PARTITION
+        topic = image.topic_by_name(name) if name is not None else None
+        items: list[tuple[int, FetchPartition | int]] = []
+        for p in t.partitions:
+            if topic is None:
+                items.append((p.partition, missing))
+            elif p.partition not in topic.partitions:
+                items.append((p.partition, UNKNOWN_TOPIC_OR_PARTITION))
+            elif p.partition_max_bytes < 0:
+                items.append((p.partition, INVALID_REQUEST))
+            else:
+                fp = FetchPartition(
+                    topic.name,
+                    p.partition,
+                    p.fetch_offset,
+                    p.partition_max_bytes,
+                    getattr(p, "current_leader_epoch", -1),
+                    getattr(p, "last_fetched_epoch", -1),
+                )
+                items.append((p.partition, fp))
+                reads.append(fp)
+        plan.append((key, items))
+    topics, total, answer_now = _read(apis, plan, max_bytes, replica_id, isolation)
+    # Kafka's DelayedFetch rule: answer at once on errors, enough bytes, or no wait.
+    if reads and not answer_now and max_wait_ms > 0 and total < body.min_bytes:
+        await rt.wait_for_data(reads, body.min_bytes, max_wait_ms)
+        topics, total, answer_now = _read(apis, plan, max_bytes, replica_id, isolation)
+    return encode_fetch_response(
+        version, header.correlation_id, 0, topics, read_committed=isolation == 1
+    )
+
+
+def _read(
+    apis: KafkaApis, plan: FetchPlan, max_bytes: int, replica_id: int, isolation: int
+) -> tuple[list[FetchTopicOut], int, bool]:
+    """One pass over the partitions in request order, within the response's byte budget.
+
+    KIP-74: the first partition with data gets at least its first whole batch (the log
+    returns it even past `max_bytes`); later partitions get what the budget leaves, cut
+    to it (a partial trailing batch, which clients drop, exactly as Kafka sends).
+    """
+    rt = apis.runtime
+    budget = max_bytes
+    total = 0
+    answer_now = False
+    topics: list[FetchTopicOut] = []
+    for key, items in plan:
+        parts: list[tuple[int, FetchResult, FileSlice | bytes | None]] = []
+        for index, item in items:
+            if isinstance(item, int):
+                parts.append((index, FetchResult(item), None))
+                answer_now = True
+                continue
+            limit = min(item.max_bytes, budget)
+            try:
+                r = rt.fetch(
+                    item if limit == item.max_bytes else dataclasses.replace(item, max_bytes=limit),
+                    replica_id,
+                    isolation,
+                )
+            except Exception as e:  # storage errors carry their Kafka code
+                if not hasattr(e, "error_code"):
+                    log.exception("fetch of %s-%d failed", item.topic, item.partition)
+                r = FetchResult(error_code_of(e))
+            records = r.records
+            size = r.size
+            if size > limit and total:  # only the first data may exceed the budget
+                records, size = _cut(records, limit), limit
+            if r.error_code or r.diverging_epoch is not None or r.preferred_read_replica >= 0:
+                answer_now = True
+            total += size
+            budget = max(0, budget - size)
+            parts.append((index, r, records))
+        topics.append((key, parts))
+    return topics, total, answer_now
+
+
+def _cut(records: FileSlice | bytes | None, size: int) -> FileSlice | bytes | None:
+    if isinstance(records, FileSlice):
+        return FileSlice(records.file, records.position, size)
+    return records[:size] if records is not None else None
+
+
+def fetch_error(header: RequestHeader, body: Any, code: int) -> Response:
+    v = header.api_version
+    topics: list[FetchTopicOut] = [
+        (
+            (t.topic_id or _ZERO_UUID) if v >= 13 else t.topic,
+            [(p.partition, FetchResult(code), None) for p in t.partitions],
+        )
+        for t in body.topics
+    ]
+    return encode_fetch_response(v, header.correlation_id, code if v >= 7 else 0, topics)
+
+
+# -- ListOffsets, OffsetForLeaderEpoch, InitProducerId ---------------------------------------
+
+
+async def handle_list_offsets(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+    rt = apis.runtime
+    image = rt.image()
+    topics = []
+    for t in body.topics:
+        topic = image.topic_by_name(t.name)
+        parts = []
+        for p in t.partitions:
+            if topic is None or p.partition_index not in topic.partitions:
+                r = ListOffsetResult(UNKNOWN_TOPIC_OR_PARTITION)
+            else:
+                try:
+                    r = rt.list_offset(
+                        t.name,
+                        p.partition_index,
+                        p.timestamp,
+                        getattr(p, "current_leader_epoch", -1),
+                    )
+                except Exception as e:
+                    if not hasattr(e, "error_code"):
+                        log.exception("list offsets of %s-%d failed", t.name, p.partition_index)
+                    r = ListOffsetResult(error_code_of(e))
+            parts.append(
+                {
+                    "partition_index": p.partition_index,
+                    "error_code": r.error_code,
+                    "timestamp": r.timestamp,
+                    "offset": r.offset,
+                    "leader_epoch": r.leader_epoch,
+                }
+            )
+        topics.append({"name": t.name, "partitions": parts})
+    return encode_response(
+        2, header.api_version, header.correlation_id, {"throttle_time": 0, "topics": topics}
+    )
+
+
+def list_offsets_error(header: RequestHeader, body: Any, code: int) -> Response:
+    topics = [
+        {
+            "name": t.name,
+            "partitions": [
+                {
+                    "partition_index": p.partition_index,
+                    "error_code": code,
+                    "timestamp": -1,
+                    "offset": -1,
+                    "leader_epoch": -1,
+                }
+                for p in t.partitions
+            ],
+        }
+        for t in body.topics
+    ]
+    return encode_response(
+        2, header.api_version, header.correlation_id, {"throttle_time": 0, "topics": topics}
+    )
+
+
+async def handle_offset_for_leader_epoch(
+    apis: KafkaApis, header: RequestHeader, body: Any
+) -> Response:
+    rt = apis.runtime
+    topics = []
+    for t in body.topics:
+        parts = []
+        for p in t.partitions:
+            try:
+                err, epoch, end = rt.offset_for_leader_epoch(
+                    t.topic, p.partition, p.leader_epoch, getattr(p, "current_leader_epoch", -1)
+                )
+            except Exception as e:
+                if not hasattr(e, "error_code"):
+                    log.exception("offset for leader epoch of %s-%d failed", t.topic, p.partition)
+                err, epoch, end = error_code_of(e), -1, -1
+            parts.append(
+                {
+                    "error_code": err,
+                    "partition": p.partition,
+                    "leader_epoch": epoch,
+                    "end_offset": end,
+                }
+            )
+        topics.append({"topic": t.topic, "partitions": parts})
+    return encode_response(
+        23, header.api_version, header.correlation_id, {"throttle_time": 0, "topics": topics}
+    )
+
+
+def offset_for_epoch_error(header: RequestHeader, body: Any, code: int) -> Response:
+    topics = [
+        {
+            "topic": t.topic,
+            "partitions": [
+                {"error_code": code, "partition": p.partition, "leader_epoch": -1, "end_offset": -1}
+                for p in t.partitions
+            ],
+        }
+        for t in body.topics
+    ]
+    return encode_response(
+        23, header.api_version, header.correlation_id, {"throttle_time": 0, "topics": topics}
+    )
+
+
+async def handle_init_producer_id(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+    if body.transactional_id is not None:
+        # Transactions need a transaction coordinator, which this broker does not have
+        # (FindCoordinator is not advertised): refuse plainly rather than pretend.
+        return init_producer_id_error(header, body, INVALID_REQUEST)
+    err, producer_id, epoch = await apis.runtime.init_producer_id()
+    return encode_response(
+        22,
+        header.api_version,
+        header.correlation_id,
+        {
+            "throttle_time": 0,
+            "error_code": err,
+            "producer_id": producer_id,
+            "producer_epoch": epoch,
+        },
+    )
+
+
+def init_producer_id_error(header: RequestHeader, body: Any, code: int) -> Response:
+    return encode_response(
+        22,
+        header.api_version,
+        header.correlation_id,
+        {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1},
+    )
