@@ -190,7 +190,7 @@ async def handle_fetch(apis: KafkaApis, header: RequestHeader, body: Any) -> Res
     topics, total, answer_now = _read(apis, plan, max_bytes, replica_id, isolation)
     # Kafka's DelayedFetch rule: answer at once on errors, enough bytes, or no wait.
     if reads and not answer_now and max_wait_ms > 0 and total < body.min_bytes:
-        await rt.wait_for_data(reads, body.min_bytes, max_wait_ms)
+        await rt.wait_for_data(reads, body.min_bytes, max_wait_ms, replica_id)
         topics, total, answer_now = _read(apis, plan, max_bytes, replica_id, isolation)
     return encode_fetch_response(
         version, header.correlation_id, 0, topics, read_committed=isolation == 1

@@ -94,10 +94,15 @@ class BrokerRuntime(Protocol):
         ...
 
     async def wait_for_data(
-        self, partitions: list[FetchPartition], min_bytes: int, max_wait_ms: int
+        self,
+        partitions: list[FetchPartition],
+        min_bytes: int,
+        max_wait_ms: int,
+        replica_id: int = -1,
     ) -> None:
         """Return once appends (or HW moves) could satisfy `min_bytes`, or after
-        `max_wait_ms`: woken by events, never by polling."""
+        `max_wait_ms`: woken by events, never by polling. A follower (`replica_id` >= 0)
+        waits for data up to the LEO, a consumer up to the HW."""
         ...
 
     def list_offset(

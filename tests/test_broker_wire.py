@@ -134,7 +134,11 @@ class FakeRuntime:
         return FetchResult(0, hw, hw, log.log_start_offset, info.records)
 
     async def wait_for_data(
-        self, partitions: list[FetchPartition], min_bytes: int, max_wait_ms: int
+        self,
+        partitions: list[FetchPartition],
+        min_bytes: int,
+        max_wait_ms: int,
+        replica_id: int = -1,
     ) -> None:
         deadline = time.monotonic() + max_wait_ms / 1000
         while True:

@@ -1,0 +1,421 @@
+"""A broker process's configuration: a Kafka-style `.properties` file plus
+`--override key=value` pairs, checked up front so that a bad value stops start-up with
+a message naming the property.
+
+Kafka's names and defaults wherever the concept exists (`node.id`, `listeners`,
+`log.dirs`, `min.insync.replicas`, `replica.lag.time.max.ms`, ...). Ours, where it does
+not: `controller.quorum.http.endpoints` (each controller's HTTP API, which brokers talk
+to instead of Kafka's controller RPCs) and `controlled.shutdown.timeout.ms`.
+
+The `.properties` reader repeats kraft/controller_config.py's on purpose: `broker/` may
+not import `kraft/` (see DESIGN.md, "Layers").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from storage.config import ConfigError, LogConfig
+from storage.log_manager import LogManagerConfig
+
+__all__ = ["BrokerConfig", "ConfigError", "Listener", "load_config", "parse_properties"]
+
+_HOST_PORT = re.compile(r"^\[?(?P<host>[^\[\]@,\s]*?)\]?:(?P<port>[0-9]{1,5})$")
+_LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<rest>.*)$")
+
+# Every broker property we read, with Kafka's default (as text, the way DescribeConfigs
+# shows it). None: no default (required, or absent unless set).
+DEFAULTS: dict[str, str | None] = {
+    "node.id": None,
+    "process.roles": None,
+    "controller.quorum.http.endpoints": None,
+    "listeners": "PLAINTEXT://:9092",
+    "advertised.listeners": None,
+    "inter.broker.listener.name": None,
+    "log.dirs": None,
+    "num.partitions": "1",
+    "default.replication.factor": "1",
+    "auto.create.topics.enable": "true",
+    "message.max.bytes": "1048588",
+    "socket.request.max.bytes": "104857600",
+    "broker.heartbeat.interval.ms": "2000",
+    "broker.session.timeout.ms": "9000",
+    "replica.lag.time.max.ms": "30000",
+    "min.insync.replicas": "1",
+    "broker.rack": None,
+    "cluster.id": None,
+    "replica.fetch.max.bytes": "1048576",
+    "replica.fetch.response.max.bytes": "10485760",
+    "replica.fetch.wait.max.ms": "500",
+    "replica.fetch.min.bytes": "1",
+    "replica.fetch.backoff.ms": "1000",
+    "replica.socket.timeout.ms": "30000",
+    "replica.high.watermark.checkpoint.interval.ms": "5000",
+    "request.timeout.ms": "30000",
+    "controlled.shutdown.timeout.ms": "30000",
+    "num.recovery.threads.per.data.dir": "2",
+    "log.retention.check.interval.ms": "300000",
+    "log.flush.offset.checkpoint.interval.ms": "60000",
+}
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    node_id: int
+    controller_endpoints: dict[int, tuple[str, int]]  # node id -> HTTP (host, port)
+    listeners: tuple[Listener, ...]  # where we bind
+    advertised_listeners: tuple[Listener, ...]  # what clients and other brokers are told
+    inter_broker_listener_name: str  # followers fetch from leaders on this listener
+    log_dirs: tuple[Path, ...]
+    log_config: LogConfig  # broker defaults for every log (topic configs layer on top)
+    log_manager_config: LogManagerConfig
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    auto_create_topics_enable: bool = True
+    message_max_bytes: int = 1048588
+    socket_request_max_bytes: int = 104857600
+    heartbeat_interval_ms: int = 2000
+    session_timeout_ms: int = 9000
+    replica_lag_time_max_ms: int = 30000
+    min_insync_replicas: int = 1
+    rack: str | None = None
+    cluster_id: str = "kraft-py"
+    replica_fetch_max_bytes: int = 1048576
+    replica_fetch_response_max_bytes: int = 10485760
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_backoff_ms: int = 1000
+    replica_socket_timeout_ms: int = 30000
+    hw_checkpoint_interval_ms: int = 5000
+    request_timeout_ms: int = 30000
+    controlled_shutdown_timeout_ms: int = 30000
+    # The properties as given (after overrides), for DescribeConfigs.
+    properties: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def listener(self) -> Listener:
+        """The client listener (the first one; a broker serves one Kafka listener)."""
+        return self.listeners[0]
+
+    def advertised(self, name: str) -> Listener | None:
+        return next((x for x in self.advertised_listeners if x.name == name), None)
+
+    def described_configs(self) -> dict[str, tuple[str, bool]]:
+        """name -> (value, is_default) for every known property and every one given."""
+        out: dict[str, tuple[str, bool]] = {}
+        for name, default in DEFAULTS.items():
+            if name in self.properties:
+                out[name] = (self.properties[name], False)
+            elif default is not None:
+                out[name] = (default, True)
+        for name, value in self.properties.items():
+            out.setdefault(name, (value, False))
+        return out
+
+
+# -- .properties ----------------------------------------------------------------------------
+
+
+def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
+    """The subset of java.util.Properties that config files use: `#`/`!` comments,
+    `key=value`, `key: value` or `key value`, backslash continuations and escapes."""
+    props: dict[str, str] = {}
+    logical: list[str] = []
+    for raw in text.splitlines():
+        line = raw.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:  # an odd number of trailing backslashes continues the line
+            logical.append(line[:-1])
+            continue
+        logical.append(line)
+        entry, logical = "".join(logical), []
+        key, value = _split_entry(entry)
+        if not key:
+            raise ConfigError(f"{source}: a line has a value but no key: {entry[:60]!r}")
+        props[key] = value
+    if logical:
+        key, value = _split_entry("".join(logical))
+        if key:
+            props[key] = value
+    return props
+
+
+def _split_entry(entry: str) -> tuple[str, str]:
+    i, n = 0, len(entry)
+    while i < n:
+        c = entry[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c in "=: \t":
+            break
+        i += 1
+    rest = entry[i:].lstrip(" \t")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(" \t")
+    return _unescape(entry[:i]), _unescape(rest)
+
+
+def _unescape(s: str) -> str:
+    if "\\" not in s:
+        return s
+    out, i = [], 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\" and i + 1 < len(s):
+            out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(s[i + 1], s[i + 1]))
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--override expects key=value, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+# -- typed values ---------------------------------------------------------------------------
+
+
+def _get(props: Mapping[str, str], name: str) -> str | None:
+    raw = props.get(name)
+    if raw is None or raw.strip() == "":
+        return DEFAULTS.get(name)
+    return raw.strip()
+
+
+def _required(props: Mapping[str, str], name: str) -> str:
+    value = _get(props, name)
+    if value is None:
+        raise ConfigError(f"{name} is required")
+    return value
+
+
+def _int(props: Mapping[str, str], name: str, lo: int, hi: int = 2**31 - 1) -> int:
+    raw = _required(props, name)
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if not lo <= value <= hi:
+        raise ConfigError(f"{name} must be in [{lo}, {hi}], got {value}")
+    return value
+
+
+def _bool(props: Mapping[str, str], name: str) -> bool:
+    raw = _required(props, name).lower()
+    if raw not in ("true", "false"):
+        raise ConfigError(f"{name} must be true or false, got {props.get(name)!r}")
+    return raw == "true"
+
+
+def _host_port(name: str, text: str) -> tuple[str, int]:
+    m = _HOST_PORT.match(text.strip())
+    if not m:
+        raise ConfigError(f"{name}: expected host:port, got {text!r}")
+    port = int(m["port"])
+    if not 0 <= port < 65536:
+        raise ConfigError(f"{name}: port {port} is out of range in {text!r}")
+    return m["host"], port
+
+
+def _controller_endpoints(props: Mapping[str, str]) -> dict[int, tuple[str, int]]:
+    name = "controller.quorum.http.endpoints"
+    out: dict[int, tuple[str, int]] = {}
+    for item in _required(props, name).split(","):
+        item = item.strip()
+        node, sep, address = item.partition("@")
+        if not sep or not node.strip().isdigit():
+            raise ConfigError(f"{name}: expected id@host:port, got {item!r}")
+        if int(node) in out:
+            raise ConfigError(f"{name}: node {node} appears twice")
+        host, port = _host_port(name, address)
+        if not host or port == 0:
+            raise ConfigError(f"{name}: {item!r} needs a host and a port")
+        out[int(node)] = (host, port)
+    return out
+
+
+def _listeners(props: Mapping[str, str], name: str, raw: str) -> tuple[Listener, ...]:
+    protocols = _protocol_map(props)
+    out: list[Listener] = []
+    for item in raw.split(","):
+        m = _LISTENER.match(item.strip())
+        if not m:
+            raise ConfigError(f"{name}: expected NAME://host:port, got {item.strip()!r}")
+        lname = m["name"].upper()
+        if any(x.name == lname for x in out):
+            raise ConfigError(f"{name}: listener {lname} appears twice")
+        protocol = protocols.get(lname, lname)
+        if protocol != "PLAINTEXT":
+            raise ConfigError(
+                f"{name}: listener {lname} uses security protocol {protocol}; "
+                "only PLAINTEXT is supported"
+            )
+        host, port = _host_port(name, m["rest"])
+        out.append(Listener(lname, host, port, protocol))
+    if not out:
+        raise ConfigError(f"{name} must name at least one listener")
+    return tuple(out)
+
+
+def _protocol_map(props: Mapping[str, str]) -> dict[str, str]:
+    raw = props.get("listener.security.protocol.map", "")
+    out: dict[str, str] = {}
+    for item in raw.split(","):
+        if not item.strip():
+            continue
+        lname, sep, protocol = item.partition(":")
+        if not sep:
+            raise ConfigError(
+                f"listener.security.protocol.map: expected NAME:PROTOCOL, got {item!r}"
+            )
+        out[lname.strip().upper()] = protocol.strip().upper()
+    return out
+
+
+def load_config(
+    path: str | Path | None = None, overrides: Mapping[str, str] | Iterable[str] = ()
+) -> BrokerConfig:
+    """Read `path` (optional), apply overrides (a mapping or `key=value` strings)."""
+    props: dict[str, str] = {}
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from None
+        props.update(parse_properties(text, str(path)))
+    props.update(overrides if isinstance(overrides, Mapping) else parse_overrides(overrides))
+    return from_properties(props)
+
+
+def from_properties(props: Mapping[str, str]) -> BrokerConfig:
+    roles = [r.strip() for r in _required(props, "process.roles").split(",") if r.strip()]
+    if roles != ["broker"]:
+        raise ConfigError(
+            f"process.roles must be broker for a broker process, got {','.join(roles)!r}"
+            " (combined broker,controller mode is not supported)"
+        )
+    node_id = _int(props, "node.id", 0)
+    listeners = _listeners(props, "listeners", _required(props, "listeners"))
+    if len(listeners) != 1:
+        raise ConfigError(f"listeners: one Kafka listener is supported, got {len(listeners)}")
+    advertised_raw = _get(props, "advertised.listeners")
+    if advertised_raw is None:
+        advertised = listeners
+    else:
+        advertised = _listeners(props, "advertised.listeners", advertised_raw)
+        missing = {x.name for x in listeners} - {x.name for x in advertised}
+        if missing:
+            raise ConfigError(
+                f"advertised.listeners must advertise every listener; missing {sorted(missing)}"
+            )
+    for x in advertised:
+        if x.host in ("", "0.0.0.0", "::"):
+            where = "advertised.listeners" if advertised_raw else "listeners"
+            raise ConfigError(
+                f"{where}: {x.name} has no routable host ({x.host or 'empty'}); "
+                "set a host clients can reach (e.g. PLAINTEXT://127.0.0.1:9092)"
+            )
+    inter = (_get(props, "inter.broker.listener.name") or listeners[0].name).upper()
+    if inter not in {x.name for x in advertised}:
+        raise ConfigError(f"inter.broker.listener.name: no listener named {inter}")
+    dirs_raw = _get(props, "log.dirs") or _get(props, "log.dir")
+    if dirs_raw is None:
+        raise ConfigError("log.dirs is required")
+    log_dirs = tuple(Path(d.strip()) for d in dirs_raw.split(",") if d.strip())
+    if not log_dirs:
+        raise ConfigError("log.dirs must name at least one directory")
+    heartbeat = _int(props, "broker.heartbeat.interval.ms", 10)
+    session = _int(props, "broker.session.timeout.ms", 100)
+    if heartbeat >= session:
+        raise ConfigError(
+            f"broker.heartbeat.interval.ms ({heartbeat}) must be less than "
+            f"broker.session.timeout.ms ({session})"
+        )
+    return BrokerConfig(
+        node_id=node_id,
+        controller_endpoints=_controller_endpoints(props),
+        listeners=listeners,
+        advertised_listeners=advertised,
+        inter_broker_listener_name=inter,
+        log_dirs=log_dirs,
+        log_config=LogConfig.from_broker_properties(props),
+        log_manager_config=LogManagerConfig(
+            num_recovery_threads_per_data_dir=_int(props, "num.recovery.threads.per.data.dir", 1),
+            retention_check_interval_ms=_int(props, "log.retention.check.interval.ms", 1),
+            checkpoint_interval_ms=_int(props, "log.flush.offset.checkpoint.interval.ms", 1),
+        ),
+        num_partitions=_int(props, "num.partitions", 1, 100_000),
+        default_replication_factor=_int(props, "default.replication.factor", 1, 32_767),
+        auto_create_topics_enable=_bool(props, "auto.create.topics.enable"),
+        message_max_bytes=_int(props, "message.max.bytes", 0),
+        socket_request_max_bytes=_int(props, "socket.request.max.bytes", 1024),
+        heartbeat_interval_ms=heartbeat,
+        session_timeout_ms=session,
+        replica_lag_time_max_ms=_int(props, "replica.lag.time.max.ms", 1),
+        min_insync_replicas=_int(props, "min.insync.replicas", 1, 32_767),
+        rack=_get(props, "broker.rack"),
+        cluster_id=_get(props, "cluster.id") or "kraft-py",
+        replica_fetch_max_bytes=_int(props, "replica.fetch.max.bytes", 0),
+        replica_fetch_response_max_bytes=_int(props, "replica.fetch.response.max.bytes", 0),
+        replica_fetch_wait_max_ms=_int(props, "replica.fetch.wait.max.ms", 0),
+        replica_fetch_min_bytes=_int(props, "replica.fetch.min.bytes", 1),
+        replica_fetch_backoff_ms=_int(props, "replica.fetch.backoff.ms", 0),
+        replica_socket_timeout_ms=_int(props, "replica.socket.timeout.ms", 1),
+        hw_checkpoint_interval_ms=_int(props, "replica.high.watermark.checkpoint.interval.ms", 1),
+        request_timeout_ms=_int(props, "request.timeout.ms", 1),
+        controlled_shutdown_timeout_ms=_int(props, "controlled.shutdown.timeout.ms", 0),
+        properties=dict(props),
+    )
+
+
+# -- topic configs (DescribeConfigs) --------------------------------------------------------
+
+_LOG_CONFIG_NAMES = {
+    "segment_bytes": "segment.bytes",
+    "segment_ms": "segment.ms",
+    "segment_index_bytes": "segment.index.bytes",
+    "index_interval_bytes": "index.interval.bytes",
+    "retention_ms": "retention.ms",
+    "retention_bytes": "retention.bytes",
+    "max_message_bytes": "max.message.bytes",
+    "message_timestamp_type": "message.timestamp.type",
+    "flush_messages": "flush.messages",
+    "flush_ms": "flush.ms",
+}
+
+
+def describe_topic_configs(
+    defaults: LogConfig, overrides: Mapping[str, str], min_insync_replicas: int
+) -> dict[str, tuple[str, bool]]:
+    """A topic's effective configs: name -> (value, is_default). Defaults come from the
+    broker (`log.*` properties), overrides from the topic's config records."""
+    out = {name: (str(getattr(defaults, attr)), True) for attr, name in _LOG_CONFIG_NAMES.items()}
+    out["cleanup.policy"] = ("delete", True)
+    out["compression.type"] = ("producer", True)
+    out["min.insync.replicas"] = (str(min_insync_replicas), True)
+    out["unclean.leader.election.enable"] = ("false", True)
+    for name, value in overrides.items():
+        out[name] = (value, False)
+    return out

@@ -1,0 +1,199 @@
+"""A partition hosted on this broker: its sans-I/O replication core, its log, its
+producer state, and the futures of fetches waiting for it. The follower side lives
+here too: what a leader's fetch answer does to our log (append, truncate on a
+diverging epoch, move the log start) and to our HW.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from broker.fetcher import FollowerData, FollowerFetchState
+from broker.partition import Partition
+from broker.producer_state import BatchHeader, ProducerStateError, ProducerStateManager
+from broker.runtime import ListOffsetResult, ProduceResult
+from storage.epoch_cache import UNDEFINED_EPOCH
+from storage.log import Log
+from storage.log_types import UnexpectedAppendOffsetError
+from storage.record_batch import RecordBatchError, RecordBatchView, iter_batches
+
+log = logging.getLogger("broker.replica_manager")
+
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+KAFKA_STORAGE_ERROR = 56
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+
+
+def log_headers(lg: Log) -> Iterator[RecordBatchView]:
+    """Every batch header of a log, oldest first (for producer state rebuilds)."""
+    for seg in lg.segments:
+        yield from seg.iter_headers()
+
+
+def wake(waiters: set[asyncio.Future[None]]) -> None:
+    for fut in waiters:
+        if not fut.done():
+            fut.set_result(None)
+    waiters.clear()
+
+
+def finish(tokens: list[asyncio.Future[int]], code: int) -> None:
+    """Complete pending acks=all produces with an error code (0: done)."""
+    for fut in tokens:
+        if not fut.done():
+            fut.set_result(code)
+
+
+@dataclass(eq=False)
+class HostedPartition:
+    core: Partition[asyncio.Future[int]]
+    log: Log
+    producers: ProducerStateManager
+    waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    # Its role is changing (files being prepared): requests get NOT_LEADER_OR_FOLLOWER.
+    transitioning: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.core.topic}-{self.core.partition}"
+
+    def wake(self) -> None:
+        wake(self.waiters)
+
+    # -- leader side --------------------------------------------------------------------------
+
+    def append_as_leader(self, records: bytes) -> tuple[ProduceResult, int]:
+        """Check idempotence, append at our leader epoch, move the HW where the ISR
+        allows. Returns the result and the last offset of the batches (a duplicate's
+        original ones), for acks=all to wait on."""
+        headers = [BatchHeader.of(v) for v in iter_batches(records)]
+        try:
+            dup = self.producers.check(headers)
+        except ProducerStateError as exc:
+            return ProduceResult(exc.error_code, error_message=str(exc)), -1
+        lg = self.log
+        if dup is not None:  # a retry of a batch we have: its original offsets
+            return ProduceResult(NONE, dup.first_offset, -1, lg.log_start_offset), dup.last_offset
+        try:
+            info = lg.append_as_leader(records, self.core.leader_epoch)
+        except RecordBatchError as exc:
+            return ProduceResult(exc.error_code, error_message=str(exc)), -1
+        except OSError as exc:  # never UNKNOWN_SERVER_ERROR: clients retry it into duplicates
+            log.error("append to %s failed: %r", self.name, exc)
+            return ProduceResult(KAFKA_STORAGE_ERROR, error_message=str(exc)), -1
+        self.producers.record(headers, info.first_offset)
+        finish(self.core.on_leader_append(lg.log_end_offset), NONE)
+        self.wake()
+        result = ProduceResult(
+            NONE, info.first_offset, info.log_append_time_ms, info.log_start_offset
+        )
+        return result, info.last_offset
+
+    def diverging(self, fetch_offset: int, last_fetched_epoch: int) -> tuple[int, int] | None:
+        """KIP-320: (epoch, end offset) when a follower's last fetched epoch ends here
+        before its fetch offset (or is not ours): it must truncate. None: no divergence."""
+        if last_fetched_epoch < 0:
+            return None
+        epoch, end = self.log.leader_epoch_cache.end_offset_for(
+            last_fetched_epoch, self.log.log_end_offset
+        )
+        if epoch == UNDEFINED_EPOCH:
+            return None
+        if epoch < last_fetched_epoch or end < fetch_offset:
+            return epoch, end
+        return None
+
+    def list_offset(self, timestamp: int) -> ListOffsetResult:
+        """ListOffsets as leader: -1 latest (the HW), -2 earliest, -3 max timestamp,
+        else the first record at or after `timestamp`, below the HW."""
+        core, lg = self.core, self.log
+        if timestamp == LATEST:
+            return ListOffsetResult(NONE, -1, core.high_watermark, core.leader_epoch)
+        if timestamp == EARLIEST:
+            start = lg.log_start_offset
+            return ListOffsetResult(NONE, -1, start, lg.leader_epoch_cache.epoch_for_offset(start))
+        if timestamp == MAX_TIMESTAMP:
+            found = lg.max_timestamp_and_offset()
+        else:
+            found = lg.offset_for_timestamp(timestamp) if timestamp >= 0 else None
+        if found is None or found.offset >= core.high_watermark:
+            return ListOffsetResult(NONE, -1, -1, -1)
+        return ListOffsetResult(NONE, found.timestamp, found.offset, found.leader_epoch)
+
+    # -- follower side ------------------------------------------------------------------------
+
+    def fetch_state(self) -> FollowerFetchState:
+        lg = self.log
+        return FollowerFetchState(
+            self.core.leader_epoch, lg.log_end_offset, lg.latest_epoch, lg.log_start_offset
+        )
+
+    async def apply_leader_answer(self, data: FollowerData) -> int:
+        """Apply the leader's fetch answer. Returns its error code (non-zero: the fetcher
+        backs off this partition until metadata catches up)."""
+        lg = self.log
+        if data.error_code == OFFSET_OUT_OF_RANGE:
+            if data.log_start_offset > lg.log_end_offset:
+                await asyncio.to_thread(self._restart_at, data.log_start_offset)
+            else:  # ahead of the leader: back to what was committed
+                await asyncio.to_thread(self._truncate, self.core.high_watermark)
+            return 0
+        if data.error_code:
+            return data.error_code
+        if data.diverging_epoch is not None:
+            await asyncio.to_thread(self._truncate, self._truncation_point(*data.diverging_epoch))
+            return 0
+        if data.records:
+            try:
+                self._append(data.records)
+            except UnexpectedAppendOffsetError:
+                # Our tail ends inside a batch of the leader's: drop it and take theirs.
+                first = next(iter_batches(data.records)).base_offset
+                await asyncio.to_thread(self._truncate, first)
+                try:
+                    self._append(data.records)
+                except RecordBatchError as exc:
+                    log.error("cannot append the leader's batches to %s: %s", self.name, exc)
+                    return exc.error_code
+            except RecordBatchError as exc:
+                log.error("bad batch from the leader of %s: %s", self.name, exc)
+                return exc.error_code
+        if lg.log_start_offset < data.log_start_offset <= lg.log_end_offset:
+            lg.delete_records_before(data.log_start_offset)
+        self.core.on_follower_progress(data.high_watermark, lg.log_end_offset)
+        return 0
+
+    def _truncation_point(self, epoch: int, end_offset: int) -> int:
+        """Where to cut our log given the leader's (epoch, end offset) for our last
+        fetched epoch (KIP-279/320): the smaller of the two ends of that epoch. When we
+        do not have that epoch, cut where our next epoch starts and let the leader
+        check again on the next fetch."""
+        lg = self.log
+        local_epoch, local_end = lg.leader_epoch_cache.end_offset_for(epoch, lg.log_end_offset)
+        if local_epoch == UNDEFINED_EPOCH or local_end < 0:
+            target = min(end_offset, lg.log_end_offset)
+        elif local_epoch == epoch:
+            target = min(end_offset, local_end)
+        else:
+            target = local_end
+        log.info("%s diverged at epoch %d; truncating to %d", self.name, epoch, target)
+        return max(0, target)
+
+    def _append(self, records: bytes) -> None:
+        if self.log.append_as_follower(records) is not None:
+            self.producers.record(BatchHeader.of(v) for v in iter_batches(records))
+
+    def _truncate(self, offset: int) -> None:
+        if self.log.truncate_to(offset):
+            self.producers.rebuild(log_headers(self.log))
+        self.core.on_truncate(self.log.log_end_offset)
+
+    def _restart_at(self, offset: int) -> None:
+        self.log.truncate_fully_and_start_at(offset)
+        self.producers.rebuild(())
+        self.core.on_truncate(offset)
+        self.core.high_watermark = offset

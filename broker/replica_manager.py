@@ -1,0 +1,510 @@
+"""The partitions hosted on this broker: metadata deltas in, produce and fetch served.
+
+Each metadata update is applied in three steps so that file work never runs on the
+event loop and no request sees a half-made change:
+1. (loop) partitions whose role or leader epoch changes are marked `transitioning`
+   (requests get the retriable NOT_LEADER_OR_FOLLOWER) and leave their fetcher;
+2. (thread) logs are created, opened, checked against the topic id, deleted; new logs'
+   producer state is rebuilt from batch headers; new leader epochs enter the epoch
+   cache at the LEO;
+3. (loop) the sans-I/O `Partition` cores take their new role; followers join fetchers.
+
+The data path (produce, fetch, wait_for_data, list offsets) runs on the loop: appends
+and reads are short file calls. acks=all produces and long-poll fetches wait on
+futures that appends and HW moves complete: nothing polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker.config import BrokerConfig, describe_topic_configs
+from broker.controller_channel import MetadataUpdate
+from broker.fetcher import FetcherManager, FollowerData, FollowerFetchState
+from broker.hosted import HostedPartition, finish, log_headers
+from broker.partition import NO_LEADER, Partition
+from broker.producer_state import ProducerStateManager
+from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from metadata_log.image import MetadataImage, PartitionRegistration
+from metadata_log.records import TOPIC_RESOURCE
+from storage.checkpoint import PARTITION_METADATA, CheckpointError, write_partition_metadata
+from storage.config import ConfigError, LogConfig
+from storage.log import Log
+from storage.log_manager import LogManager
+from storage.log_types import OffsetOutOfRangeError
+
+log = logging.getLogger("broker.replica_manager")
+
+TP = tuple[str, int]
+
+# Kafka error codes answered here.
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+NOT_ENOUGH_REPLICAS = 19
+INVALID_REQUIRED_ACKS = 21
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+@dataclass(eq=False)
+class _Plan:
+    tp: TP
+    topic_id: str
+    reg: PartitionRegistration
+    leader: bool
+    hosted: HostedPartition | None
+    log: Log | None = None  # set by the file step for new partitions
+    producers: ProducerStateManager | None = None
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        log_manager: LogManager,
+        *,
+        fetchers: FetcherManager | None = None,
+        clock_ms: Callable[[], int] = monotonic_ms,
+    ) -> None:
+        self.config = config
+        self.broker_id = config.node_id
+        self.log_manager = log_manager
+        self.fetchers = fetchers
+        self._clock_ms = clock_ms
+        self._image = MetadataImage()
+        self._partitions: dict[TP, HostedPartition] = {}
+        self._checkpointed_hw = log_manager.read_high_watermarks()
+
+    # -- reads of the state ------------------------------------------------------------------
+
+    def image(self) -> MetadataImage:
+        return self._image
+
+    def partition(self, topic: str, partition: int) -> HostedPartition | None:
+        return self._partitions.get((topic, partition))
+
+    @property
+    def partitions(self) -> dict[TP, HostedPartition]:
+        return dict(self._partitions)
+
+    def high_watermark(self, tp: TP) -> int | None:
+        h = self._partitions.get(tp)
+        return None if h is None else h.core.high_watermark
+
+    def high_watermarks(self) -> dict[TP, int]:
+        return {tp: h.core.high_watermark for tp, h in self._partitions.items()}
+
+    def _log_config(self, topic: str, image: MetadataImage) -> LogConfig:
+        try:
+            return LogConfig.from_properties(image.topic_config(topic), self.config.log_config)
+        except ConfigError as exc:  # the controller validates; never refuse to host data
+            log.warning("topic %s has a bad config, using broker defaults: %s", topic, exc)
+            return self.config.log_config
+
+    # -- metadata ----------------------------------------------------------------------------
+
+    async def apply_update(self, update: MetadataUpdate) -> None:
+        """Apply one metadata update; the controller channel awaits it before the next."""
+        old, new, snapshot = update.old, update.image, update.snapshot
+        changes = update.delta.local_changes(self.broker_id)
+        targets = {**changes.leaders, **changes.followers}
+        deletes = {tp for tp in changes.deletes if tp not in targets}
+        for tp, h in self._partitions.items():
+            topic_id = targets[tp][0] if tp in targets else None
+            if (snapshot and tp not in targets) or (topic_id and topic_id != h.core.topic_id):
+                deletes.add(tp)  # gone while we were behind, or the topic was recreated
+        plans = [
+            _Plan(tp, topic_id, reg, tp in changes.leaders, self._partitions.get(tp))
+            for tp, (topic_id, reg) in targets.items()
+        ]
+        for pl in plans:
+            if pl.tp in deletes:
+                pl.hosted = None  # recreated topic: a fresh log after the old one goes
+        heavy = [pl for pl in plans if self._needs_transition(pl)]
+        # 1. fence requests and fetchers off the partitions that change
+        for tp in deletes:
+            if (h := self._partitions.get(tp)) is not None:
+                h.transitioning = True
+                h.wake()
+        for pl in heavy:
+            if pl.hosted is not None:
+                pl.hosted.transitioning = True
+                pl.hosted.wake()
+        if self.fetchers is not None:
+            await self.fetchers.remove_partitions(deletes | {pl.tp for pl in heavy})
+        # 2. file work, in a thread
+        failed = 0
+        try:
+            failed = await asyncio.to_thread(self._prepare_files, deletes, heavy, new)
+        finally:
+            # 3. install the new roles
+            self._install(deletes, plans, heavy, new)
+        self._update_configs(old, new)
+        if failed:
+            # The channel retries the update (from a snapshot): the failed ones again.
+            raise RuntimeError(f"{failed} replicas could not be prepared (see above)")
+
+    def _needs_transition(self, pl: _Plan) -> bool:
+        h = pl.hosted
+        if h is None:
+            return True
+        core = h.core
+        return (
+            pl.leader != core.is_leader
+            or pl.reg.leader_epoch != core.leader_epoch
+            or pl.reg.leader != core.leader
+        )
+
+    def _prepare_files(self, deletes: set[TP], heavy: list[_Plan], image: MetadataImage) -> int:
+        """Returns how many partitions failed (each is logged; the others go ahead)."""
+        failed = 0
+        for tp in deletes:
+            try:
+                if self.log_manager.delete_log(*tp):
+                    log.info("deleted replica %s-%d", *tp)
+            except OSError as exc:
+                failed += 1
+                log.error("deleting replica %s-%d failed: %r", *tp, exc)
+        for pl in heavy:
+            try:
+                if pl.hosted is None:
+                    lg = self._open_log(pl.tp, pl.topic_id, image)
+                    producers = ProducerStateManager()
+                    producers.rebuild(log_headers(lg))
+                    pl.log, pl.producers = lg, producers
+                lg = pl.log if pl.hosted is None else pl.hosted.log
+                assert lg is not None
+                if pl.leader and pl.reg.leader_epoch > lg.leader_epoch_cache.latest_epoch:
+                    # Our epoch starts at our LEO: divergence checks for followers need
+                    # it before our first append in this epoch.
+                    lg.leader_epoch_cache.assign(pl.reg.leader_epoch, lg.log_end_offset)
+            except (OSError, ValueError, RuntimeError) as exc:  # a bad disk, a bad log dir
+                failed += 1
+                log.error("preparing replica %s-%d failed: %r", *pl.tp, exc)
+        return failed
+
+    def _open_log(self, tp: TP, topic_id: str, image: MetadataImage) -> Log:
+        topic, p = tp
+        try:
+            tid: uuid.UUID | None = uuid.UUID(topic_id)
+        except ValueError:
+            tid = None
+        try:
+            existing = self.log_manager.topic_id(topic, p)
+        except CheckpointError:
+            existing = None
+        if existing is not None and tid is not None and existing != tid:
+            # A log left from an earlier topic of the same name: it is not this topic's.
+            log.info("replacing %s-%d of an older topic id %s", topic, p, existing)
+            self.log_manager.delete_log(topic, p)
+            self._checkpointed_hw.pop(tp, None)
+        had_log = self.log_manager.get_log(topic, p) is not None
+        lg = self.log_manager.get_or_create_log(topic, p, self._log_config(topic, image), tid)
+        if had_log:
+            lg.config = self._log_config(topic, image)
+            if existing is None and tid is not None:
+                write_partition_metadata(lg.dir / PARTITION_METADATA, tid)
+        return lg
+
+    def _install(
+        self, deletes: set[TP], plans: list[_Plan], heavy: list[_Plan], image: MetadataImage
+    ) -> None:
+        now = self._clock_ms()
+        for tp in deletes:
+            h = self._partitions.pop(tp, None)
+            if h is not None:
+                finish(h.core.drain_pending(), NOT_LEADER_OR_FOLLOWER)
+                h.wake()
+        heavy_ids = {id(pl) for pl in heavy}
+        new_followers: dict[TP, int] = {}
+        for pl in plans:
+            h = pl.hosted
+            if h is None:
+                if pl.log is None or pl.producers is None:
+                    continue  # the file step failed for it; the next update retries
+                core: Partition[asyncio.Future[int]] = Partition(
+                    pl.tp[0], pl.tp[1], pl.topic_id, self.broker_id
+                )
+                core.high_watermark = min(
+                    self._checkpointed_hw.get(pl.tp, 0), pl.log.log_end_offset
+                )
+                h = HostedPartition(core, pl.log, pl.producers)
+                self._partitions[pl.tp] = h
+            reg, leo = pl.reg, h.log.log_end_offset
+            if pl.leader:
+                new_epoch, done = h.core.make_leader(
+                    reg.replicas, reg.isr, reg.leader_epoch, reg.partition_epoch, leo, now
+                )
+                finish(done, NONE)
+                if new_epoch:
+                    log.info(
+                        "leader of %s-%d epoch=%d leo=%d hw=%d isr=%s",
+                        *pl.tp,
+                        reg.leader_epoch,
+                        leo,
+                        h.core.high_watermark,
+                        list(reg.isr),
+                    )
+            else:
+                failed = h.core.make_follower(
+                    reg.replicas, reg.isr, reg.leader, reg.leader_epoch, reg.partition_epoch, leo
+                )
+                finish(failed, NOT_LEADER_OR_FOLLOWER)
+                if id(pl) in heavy_ids and reg.leader != NO_LEADER:
+                    new_followers[pl.tp] = reg.leader
+            h.transitioning = False
+            h.wake()
+        self._image = image
+        if self.fetchers is not None and new_followers:
+            self.fetchers.add_partitions(new_followers)
+
+    def _update_configs(self, old: MetadataImage, new: MetadataImage) -> None:
+        if old.configs is new.configs:
+            return
+        for (rtype, name), values in new.configs.items():
+            if rtype == TOPIC_RESOURCE and old.configs.get((rtype, name)) != values:
+                self._reconfigure(name, new)
+        for rtype, name in old.configs.keys() - new.configs.keys():
+            if rtype == TOPIC_RESOURCE:
+                self._reconfigure(name, new)
+
+    def _reconfigure(self, topic: str, image: MetadataImage) -> None:
+        cfg = self._log_config(topic, image)
+        for (t, _p), h in self._partitions.items():
+            if t == topic:
+                h.log.config = cfg
+
+    # -- wake-ups and completions --------------------------------------------------------------
+
+    def _lookup_error(self, topic: str, partition: int) -> int:
+        t = self._image.topic_by_name(topic)
+        if t is None or partition not in t.partitions:
+            return UNKNOWN_TOPIC_OR_PARTITION
+        return NOT_LEADER_OR_FOLLOWER
+
+    def _leader(
+        self, topic: str, partition: int, current_leader_epoch: int
+    ) -> HostedPartition | int:
+        """The partition if we lead it (and the client's epoch matches), else an error."""
+        h = self._partitions.get((topic, partition))
+        if h is None or h.transitioning:
+            return self._lookup_error(topic, partition)
+        if not h.core.is_leader:
+            return NOT_LEADER_OR_FOLLOWER
+        if current_leader_epoch >= 0:
+            if current_leader_epoch < h.core.leader_epoch:
+                return FENCED_LEADER_EPOCH
+            if current_leader_epoch > h.core.leader_epoch:
+                return UNKNOWN_LEADER_EPOCH
+        return h
+
+    def _min_isr(self, topic: str) -> int:
+        raw = self._image.topic_config(topic).get("min.insync.replicas")
+        try:
+            return int(raw) if raw is not None else self.config.min_insync_replicas
+        except ValueError:
+            return self.config.min_insync_replicas
+
+    # -- produce ---------------------------------------------------------------------------------
+
+    async def produce(
+        self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int
+    ) -> ProduceResult:
+        if acks not in (0, 1, -1):
+            return ProduceResult(INVALID_REQUIRED_ACKS, error_message=f"acks={acks}")
+        h = self._leader(topic, partition, -1)
+        if isinstance(h, int):
+            return ProduceResult(h)
+        core = h.core
+        if acks == -1 and len(core.isr) < (min_isr := self._min_isr(topic)):
+            return ProduceResult(
+                NOT_ENOUGH_REPLICAS,
+                error_message=f"ISR {list(core.isr)} is smaller than min.insync.replicas={min_isr}",
+            )
+        result, last_offset = h.append_as_leader(records)
+        if result.error_code != NONE:
+            return result
+        if acks != -1:
+            return result
+        return await self._await_hw(h, last_offset + 1, timeout_ms, result)
+
+    async def _await_hw(
+        self, h: HostedPartition, required: int, timeout_ms: int, result: ProduceResult
+    ) -> ProduceResult:
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        if h.core.add_pending(required, fut):
+            return result
+        try:
+            code = await asyncio.wait_for(fut, max(0, timeout_ms) / 1000)
+        except TimeoutError:
+            h.core.remove_pending(fut)
+            return ProduceResult(
+                REQUEST_TIMED_OUT,
+                error_message=f"the HW did not reach {required} within {timeout_ms} ms",
+            )
+        return result if code == NONE else ProduceResult(code)
+
+    # -- fetch -----------------------------------------------------------------------------------
+
+    def fetch(self, p: FetchPartition, replica_id: int, isolation_level: int) -> FetchResult:
+        h = self._leader(p.topic, p.partition, p.current_leader_epoch)
+        if isinstance(h, int):
+            return FetchResult(h)
+        core, lg = h.core, h.log
+        bound: int | None = core.high_watermark
+        if replica_id >= 0:
+            if replica_id not in core.replicas:
+                return FetchResult(NOT_LEADER_OR_FOLLOWER)
+            diverging = h.diverging(p.fetch_offset, p.last_fetched_epoch)
+            if diverging is not None:
+                return FetchResult(
+                    NONE,
+                    core.high_watermark,
+                    core.high_watermark,
+                    lg.log_start_offset,
+                    diverging_epoch=diverging,
+                )
+            if lg.log_start_offset <= p.fetch_offset <= lg.log_end_offset:
+                old_hw = core.high_watermark
+                done = core.on_follower_fetch(
+                    replica_id, p.fetch_offset, lg.log_end_offset, self._clock_ms()
+                )
+                finish(done, NONE)
+                if core.high_watermark != old_hw:
+                    h.wake()
+            bound = None  # followers read up to the LEO
+        try:
+            data = lg.read(p.fetch_offset, max(0, p.max_bytes), max_offset=bound)
+        except OffsetOutOfRangeError:
+            return FetchResult(
+                OFFSET_OUT_OF_RANGE, core.high_watermark, core.high_watermark, lg.log_start_offset
+            )
+        return FetchResult(
+            NONE, core.high_watermark, core.high_watermark, lg.log_start_offset, data.records
+        )
+
+    async def wait_for_data(
+        self,
+        partitions: list[FetchPartition],
+        min_bytes: int,
+        max_wait_ms: int,
+        replica_id: int = -1,
+    ) -> None:
+        """Return once `min_bytes` could be read (consumers up to the HW, followers up to
+        the LEO), a partition has news to report (an error), or `max_wait_ms` passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0, max_wait_ms) / 1000
+        while True:
+            hosted: list[HostedPartition] = []
+            available = 0
+            for p in partitions:
+                h = self._leader(p.topic, p.partition, p.current_leader_epoch)
+                if isinstance(h, int):
+                    return  # an error to report at once
+                lg = h.log
+                if not lg.log_start_offset <= p.fetch_offset <= lg.log_end_offset:
+                    return
+                if replica_id >= 0 and h.diverging(p.fetch_offset, p.last_fetched_epoch):
+                    return
+                bound = lg.log_end_offset if replica_id >= 0 else h.core.high_watermark
+                if p.fetch_offset < bound and p.max_bytes > 0:
+                    want = max(1, min(p.max_bytes, min_bytes - available))
+                    available += lg.read(p.fetch_offset, want, max_offset=bound).size
+                hosted.append(h)
+            remaining = deadline - loop.time()
+            if available >= min_bytes or remaining <= 0 or not hosted:
+                return
+            fut: asyncio.Future[None] = loop.create_future()
+            for h in hosted:
+                h.waiters.add(fut)
+            try:
+                await asyncio.wait_for(fut, remaining)
+            except TimeoutError:
+                return
+            finally:
+                for h in hosted:
+                    h.waiters.discard(fut)
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    def list_offset(
+        self, topic: str, partition: int, timestamp: int, current_leader_epoch: int
+    ) -> ListOffsetResult:
+        h = self._leader(topic, partition, current_leader_epoch)
+        if isinstance(h, int):
+            return ListOffsetResult(h)
+        return h.list_offset(timestamp)
+
+    def offset_for_leader_epoch(
+        self, topic: str, partition: int, leader_epoch: int, current_leader_epoch: int
+    ) -> tuple[int, int, int]:
+        h = self._leader(topic, partition, current_leader_epoch)
+        if isinstance(h, int):
+            return h, -1, -1
+        epoch, end = h.log.leader_epoch_cache.end_offset_for(leader_epoch, h.log.log_end_offset)
+        return NONE, epoch, end
+
+    def topic_configs(self, topic: str) -> dict[str, tuple[str, bool]] | None:
+        if self._image.topic_by_name(topic) is None:
+            return None
+        return describe_topic_configs(
+            self.config.log_config,
+            self._image.topic_config(topic),
+            self.config.min_insync_replicas,
+        )
+
+    # -- the follower side (called by the fetchers) ------------------------------------------------
+
+    def follower_fetch_state(self, tp: TP) -> FollowerFetchState | None:
+        h = self._partitions.get(tp)
+        if h is None or h.transitioning or h.core.is_leader:
+            return None
+        return h.fetch_state()
+
+    def leader_endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        b = self._image.brokers.get(broker_id)
+        if b is None:
+            return None
+        ep = b.endpoint(self.config.inter_broker_listener_name) or b.endpoint()
+        return None if ep is None else (ep.host, ep.port)
+
+    async def process_follower_data(self, tp: TP, data: FollowerData) -> int:
+        h = self._partitions.get(tp)
+        if h is None or h.transitioning or h.core.is_leader:
+            return NONE
+        return await h.apply_leader_answer(data)
+
+    # -- shutdown --------------------------------------------------------------------------------
+
+    async def checkpoint_high_watermarks(self) -> None:
+        await asyncio.to_thread(self.log_manager.write_high_watermarks, self.high_watermarks())
+
+    async def run_checkpoints(self, stop: asyncio.Event) -> None:
+        """Write `replication-offset-checkpoint` every interval until `stop`."""
+        interval = self.config.hw_checkpoint_interval_ms / 1000
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+            try:
+                await self.checkpoint_high_watermarks()
+            except OSError as exc:
+                log.error("HW checkpoint failed: %r", exc)
+
+    def shutdown(self) -> None:
+        """Fail what waits (the listener is closed by now)."""
+        for h in self._partitions.values():
+            finish(h.core.drain_pending(), NOT_LEADER_OR_FOLLOWER)
+            h.wake()
