@@ -10,8 +10,10 @@ under a deadline.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
 import struct
+import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -360,6 +362,53 @@ def test_high_watermarks_sum_to_total(cluster: Cluster) -> None:
 @pytest.mark.parametrize("client", list(CONSUMERS))
 def test_consume_everything_by_assign(cluster: Cluster, client: str) -> None:
     check_records(CONSUMERS[client](cluster.bootstrap), client)
+
+
+def test_kcat_lists_metadata_and_reads_a_partition(cluster: Cluster) -> None:
+    """kcat (librdkafka's CLI, Debian package `kcat`; `make test` installs it)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    kcat = shutil.which("kcat")
+    assert kcat, "kcat is not installed: `make test` installs it with apt-get"
+    listing = subprocess.run(
+        [kcat, "-L", "-b", cluster.bootstrap, "-t", TOPIC],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    assert f'topic "{TOPIC}" with {PARTITIONS} partitions' in listing, listing
+    assert listing.count("broker ") >= 3 or "3 brokers" in listing, listing
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "e2e-kcat"})
+    try:
+        _, high = c.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=10)
+    finally:
+        c.close()
+    out = subprocess.run(
+        [
+            kcat,
+            "-C",
+            "-b",
+            cluster.bootstrap,
+            "-t",
+            TOPIC,
+            "-p",
+            "0",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-f",
+            "%o %k %s\n",
+        ],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    ).stdout.splitlines()
+    assert len(out) == high > 0
+    offsets = [int(line.split(b" ", 1)[0]) for line in out]
+    assert offsets == list(range(high))
+    assert all(line.split(b" ")[2].split(b"-")[0] in (b"ck", b"kp", b"aio") for line in out)
 
 
 # -- 4. restart ------------------------------------------------------------------------------
