@@ -1,8 +1,8 @@
 """The `kraft` command line.
 
-Subcommands grow with the project: `dump-log` (like kafka-dump-log) exists today;
-`dev`, `controller`, `broker`, `topics`, `produce` and `consume` arrive with the
-controller quorum and the broker.
+`dev` (a local cluster), `controller`, `broker`, `topics`, `produce`, `consume`
+(kafka-topics and the console producer/consumer, over the Kafka protocol), `metadata`
+(like kafka-metadata-shell) and `dump-log` (like kafka-dump-log).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kraft import metadata_cli
+from kraft import client_cli, metadata_cli
 from storage.record_batch import RecordBatchError, validate_batch
 from storage.records import decode_batch
 
@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ctl.add_argument("--config", required=True, help="controller.properties")
     ctl.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     metadata_cli.add_parser(sub)
+    client_cli.add_parsers(sub)
     # `dev` and `broker` parse their own options (see kraft/dev.py and broker/main.py).
     sub.add_parser("dev", help="run a local cluster (3 controllers, 3 brokers)", add_help=False)
     sub.add_parser("broker", help="run a Kafka-protocol broker", add_help=False)
@@ -84,12 +85,14 @@ def main(argv: list[str] | None = None) -> int:
         from broker import main as broker_main
 
         return broker_main.main(rest)
-    if args.command in ("dump-log", "metadata", "controller") and _unknown:
+    if args.command in ("dump-log", "metadata", "controller", *client_cli.COMMANDS) and _unknown:
         parser.error(f"unrecognized arguments: {' '.join(_unknown)}")
     if args.command == "dump-log":
         return _dump_log(args)
     if args.command == "metadata":
         return metadata_cli.run(args)
+    if args.command in client_cli.COMMANDS:
+        return client_cli.run(args)
     if args.command == "controller":
         from kraft import controller_main  # imported late: it pulls in pysyncobj and aiohttp
 
