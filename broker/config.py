@@ -20,6 +20,7 @@ from pathlib import Path
 
 from storage.config import ConfigError, LogConfig
 from storage.log_manager import LogManagerConfig
+from storage.properties import parse_overrides, parse_properties
 
 __all__ = ["BrokerConfig", "ConfigError", "Listener", "load_config", "parse_properties"]
 
@@ -125,76 +126,6 @@ class BrokerConfig:
 
 
 # -- .properties ----------------------------------------------------------------------------
-
-
-def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
-    """The subset of java.util.Properties that config files use: `#`/`!` comments,
-    `key=value`, `key: value` or `key value`, backslash continuations and escapes."""
-    props: dict[str, str] = {}
-    logical: list[str] = []
-    for raw in text.splitlines():
-        line = raw.lstrip()
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:  # an odd number of trailing backslashes continues the line
-            logical.append(line[:-1])
-            continue
-        logical.append(line)
-        entry, logical = "".join(logical), []
-        key, value = _split_entry(entry)
-        if not key:
-            raise ConfigError(f"{source}: a line has a value but no key: {entry[:60]!r}")
-        props[key] = value
-    if logical:
-        key, value = _split_entry("".join(logical))
-        if key:
-            props[key] = value
-    return props
-
-
-def _split_entry(entry: str) -> tuple[str, str]:
-    i, n = 0, len(entry)
-    while i < n:
-        c = entry[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c in "=: \t":
-            break
-        i += 1
-    rest = entry[i:].lstrip(" \t")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t")
-    return _unescape(entry[:i]), _unescape(rest)
-
-
-def _unescape(s: str) -> str:
-    if "\\" not in s:
-        return s
-    out, i = [], 0
-    while i < len(s):
-        c = s[i]
-        if c == "\\" and i + 1 < len(s):
-            out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(s[i + 1], s[i + 1]))
-            i += 2
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
-
-
-def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--override expects key=value, got {pair!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
-# -- typed values ---------------------------------------------------------------------------
 
 
 def _get(props: Mapping[str, str], name: str) -> str | None:

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kraft.controller_config import parse_properties
 from kraft.launcher import (
     ControllerProcess,
     LauncherError,
@@ -43,6 +42,7 @@ from kraft.launcher import (
     stop_controllers,
     wait_for_active,
 )
+from storage.properties import parse_properties
 
 T = TypeVar("T")
 HOST = "127.0.0.1"
