@@ -18,9 +18,9 @@ from pathlib import Path
 
 from kraft.controller import ControllerConfig
 from storage.config import ConfigError
-from storage.properties import parse_overrides, parse_properties
+from storage.properties import read_properties
 
-__all__ = ["ConfigError", "ControllerNodeConfig", "load_config", "parse_properties"]
+__all__ = ["ConfigError", "ControllerNodeConfig", "load_config"]
 
 DEFAULT_LISTENER_NAME = "CONTROLLER"
 _HOST_PORT = re.compile(r"^\[?(?P<host>[^\[\]@,\s]*?)\]?:(?P<port>[0-9]{1,5})$")
@@ -158,15 +158,7 @@ def load_config(
     path: str | Path | None = None, overrides: Mapping[str, str] | Iterable[str] = ()
 ) -> ControllerNodeConfig:
     """Read `path` (optional), apply overrides (a mapping or `key=value` strings)."""
-    props: dict[str, str] = {}
-    if path is not None:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc}") from None
-        props.update(parse_properties(text, str(path)))
-    props.update(overrides if isinstance(overrides, Mapping) else parse_overrides(overrides))
-    return from_properties(props)
+    return from_properties(read_properties(path, overrides))
 
 
 def from_properties(props: Mapping[str, str]) -> ControllerNodeConfig:

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from storage.config import ConfigError
 
@@ -80,3 +81,19 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
 
 
 # -- typed values ---------------------------------------------------------------------------
+
+
+def read_properties(
+    path: str | Path | None = None, overrides: Mapping[str, str] | Iterable[str] = ()
+) -> dict[str, str]:
+    """Properties from `path` (optional) with `overrides` (a mapping or `key=value`
+    strings) on top: what `--config FILE --override k=v ...` means for every process."""
+    props: dict[str, str] = {}
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from None
+        props.update(parse_properties(text, str(path)))
+    props.update(overrides if isinstance(overrides, Mapping) else parse_overrides(overrides))
+    return props
