@@ -461,6 +461,10 @@ class ControllerChannel:
     async def create_partitions(self, req: CreatePartitionsRequest) -> CreatePartitionsResponse:
         return await self.post("/v1/partitions/create", req, CreatePartitionsResponse)
 
+    def set_on_update(self, on_update: Callable[[MetadataUpdate], Awaitable[None]]) -> None:
+        """Where metadata updates go (set before `start`)."""
+        self._on_update = on_update
+
     async def alter_partition(self, req: AlterPartitionRequest) -> AlterPartitionResponse:
         return await self.post("/v1/partitions/alter", req, AlterPartitionResponse)
 

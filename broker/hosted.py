@@ -12,18 +12,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from broker.fetcher import FollowerData, FollowerFetchState
-from broker.partition import Partition
+from broker.partition import AlterIsr, Partition
 from broker.producer_state import BatchHeader, ProducerStateError, ProducerStateManager
-from broker.runtime import ListOffsetResult, ProduceResult
+from broker.runtime import FetchResult, ListOffsetResult, ProduceResult
 from storage.epoch_cache import UNDEFINED_EPOCH
 from storage.log import Log
-from storage.log_types import UnexpectedAppendOffsetError
+from storage.log_types import OffsetOutOfRangeError, UnexpectedAppendOffsetError
 from storage.record_batch import RecordBatchError, RecordBatchView, iter_batches
 
 log = logging.getLogger("broker.replica_manager")
 
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
+NOT_LEADER_OR_FOLLOWER = 6
 KAFKA_STORAGE_ERROR = 56
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
@@ -44,6 +45,13 @@ def wake(waiters: set[asyncio.Future[None]]) -> None:
 def finish(tokens: list[asyncio.Future[int]], code: int) -> None:
     """Complete pending acks=all produces with an error code (0: done)."""
     for fut in tokens:
+        if not fut.done():
+            fut.set_result(code)
+
+
+def finish_acks(done: list[tuple[asyncio.Future[int], int]]) -> None:
+    """Complete pending acks=all produces, each with its own code."""
+    for fut, code in done:
         if not fut.done():
             fut.set_result(code)
 
@@ -86,7 +94,7 @@ class HostedPartition:
             log.error("append to %s failed: %r", self.name, exc)
             return ProduceResult(KAFKA_STORAGE_ERROR, error_message=str(exc)), -1
         self.producers.record(headers, info.first_offset)
-        finish(self.core.on_leader_append(lg.log_end_offset), NONE)
+        finish_acks(self.core.on_leader_append(lg.log_end_offset))
         self.wake()
         result = ProduceResult(
             NONE, info.first_offset, info.log_append_time_ms, info.log_start_offset
@@ -106,6 +114,40 @@ class HostedPartition:
         if epoch < last_fetched_epoch or end < fetch_offset:
             return epoch, end
         return None
+
+    def serve_follower_fetch(
+        self,
+        replica_id: int,
+        fetch_offset: int,
+        last_fetched_epoch: int,
+        max_bytes: int,
+        now_ms: int,
+        usable: bool,
+    ) -> tuple[FetchResult, AlterIsr | None]:
+        """A follower's fetch, on the leader: the divergence check (KIP-320), then its
+        position (HW, ISR lag), then our log up to the LEO. Also returns the ISR
+        expansion to propose when this fetch made the follower eligible (`usable`: its
+        broker is registered, unfenced and not shutting down)."""
+        core, lg = self.core, self.log
+        if replica_id not in core.replicas:
+            return FetchResult(NOT_LEADER_OR_FOLLOWER), None
+        hw = core.high_watermark
+        diverging = self.diverging(fetch_offset, last_fetched_epoch)
+        if diverging is not None:
+            return FetchResult(NONE, hw, hw, lg.log_start_offset, diverging_epoch=diverging), None
+        expand = None
+        if lg.log_start_offset <= fetch_offset <= lg.log_end_offset:
+            finish_acks(core.on_follower_fetch(replica_id, fetch_offset, lg.log_end_offset, now_ms))
+            if core.high_watermark != hw:
+                self.wake()
+            expand = core.maybe_expand_isr(replica_id, usable)
+        try:
+            data = lg.read(fetch_offset, max(0, max_bytes))
+        except OffsetOutOfRangeError:
+            hw = core.high_watermark
+            return FetchResult(OFFSET_OUT_OF_RANGE, hw, hw, lg.log_start_offset), expand
+        hw = core.high_watermark
+        return FetchResult(NONE, hw, hw, lg.log_start_offset, data.records), expand
 
     def list_offset(self, timestamp: int) -> ListOffsetResult:
         """ListOffsets as leader: -1 latest (the HW), -2 earliest, -3 max timestamp,
@@ -133,27 +175,33 @@ class HostedPartition:
         )
 
     async def apply_leader_answer(self, data: FollowerData) -> int:
-        """Apply the leader's fetch answer. Returns its error code (non-zero: the fetcher
-        backs off this partition until metadata catches up)."""
+        """Apply the leader's fetch answer (truncations, which may delete files, in a
+        thread). Returns its error code (non-zero: the fetcher backs off this
+        partition until metadata catches up)."""
+        if data.diverging_epoch is not None or data.error_code == OFFSET_OUT_OF_RANGE:
+            return await asyncio.to_thread(self.apply_leader_answer_now, data)
+        return self.apply_leader_answer_now(data)
+
+    def apply_leader_answer_now(self, data: FollowerData) -> int:
+        """`apply_leader_answer`, all in the calling thread."""
         lg = self.log
         if data.error_code == OFFSET_OUT_OF_RANGE:
             if data.log_start_offset > lg.log_end_offset:
-                await asyncio.to_thread(self._restart_at, data.log_start_offset)
+                self._restart_at(data.log_start_offset)
             else:  # ahead of the leader: back to what was committed
-                await asyncio.to_thread(self._truncate, self.core.high_watermark)
+                self._truncate(self.core.high_watermark)
             return 0
         if data.error_code:
             return data.error_code
         if data.diverging_epoch is not None:
-            await asyncio.to_thread(self._truncate, self._truncation_point(*data.diverging_epoch))
+            self._truncate(self._truncation_point(*data.diverging_epoch))
             return 0
         if data.records:
             try:
                 self._append(data.records)
             except UnexpectedAppendOffsetError:
                 # Our tail ends inside a batch of the leader's: drop it and take theirs.
-                first = next(iter_batches(data.records)).base_offset
-                await asyncio.to_thread(self._truncate, first)
+                self._truncate(next(iter_batches(data.records)).base_offset)
                 try:
                     self._append(data.records)
                 except RecordBatchError as exc:
@@ -188,6 +236,11 @@ class HostedPartition:
             self.producers.record(BatchHeader.of(v) for v in iter_batches(records))
 
     def _truncate(self, offset: int) -> None:
+        if offset < self.core.high_watermark:
+            # Epoch-based truncation never needs this (KIP-101); Kafka warns and goes on.
+            log.warning(
+                "%s truncating to %d, below its HW %d", self.name, offset, self.core.high_watermark
+            )
         if self.log.truncate_to(offset):
             self.producers.rebuild(log_headers(self.log))
         self.core.on_truncate(self.log.log_end_offset)

@@ -2,18 +2,29 @@
 
 No logs, sockets, clocks or tasks: the replica manager feeds in what happened (a
 leadership change from the metadata log, a local append, a follower's fetch, the
-leader's HW seen by our fetcher) with `now_ms`, and gets back what to do (which
-pending acks=all produces completed, which must fail). That keeps every rule here
-drivable by Hypothesis without ports or sleeps.
+leader's HW seen by our fetcher, the controller's answer to an ISR change) with
+`now_ms`, and gets back what to do (which pending acks=all produces completed and
+with which code, which ISR change to propose). That keeps every rule here drivable by
+Hypothesis without ports or sleeps (tests/test_replication_model.py).
 
-Kafka's rules (Partition.scala):
-- The leader's HW = min LEO over the ISR, the leader's own LEO included. It never
-  moves backwards on a leader, and only counts a follower's LEO once that follower
-  has fetched in the current leader epoch (a follower's position from an older epoch
-  may be on a log that diverges from ours; the fetch path only reports a follower
-  whose fetch passed the divergence check).
+Kafka's rules (Partition.scala, KIP-497, KIP-841):
+- The leader's HW = min LEO over the *maximal* ISR, the leader's own LEO included: the
+  committed ISR plus any member a pending expansion adds (a pending shrink still counts
+  the members it removes). It never moves backwards on a leader, and only counts a
+  follower's LEO once that follower has fetched in the current leader epoch: a
+  position from an older epoch may be on a log that diverges from ours, and the fetch
+  path only reports a follower whose fetch passed the divergence check.
 - A follower's HW = min(the leader's HW, its own LEO).
-- acks=all completes once the HW passes the batch's last offset.
+- acks=all completes once the HW passes the batch's last offset, with
+  NOT_ENOUGH_REPLICAS_AFTER_APPEND if the maximal ISR is then below
+  `min.insync.replicas`.
+- ISR shrink: a follower that has not caught up with the leader's LEO within
+  `replica.lag.time.max.ms` leaves (caught up = fetched at our LEO, or at the LEO we had
+  at its previous fetch, so a steady stream of produces does not count as lag).
+- ISR expand: a follower whose LEO reached the HW and the start of our epoch, and whose
+  broker is usable (registered, unfenced, not shutting down), joins.
+- One ISR change in flight at a time, through AlterPartition to the controller; the
+  answer (or a newer partition epoch from the metadata log) commits or drops it.
 """
 
 from __future__ import annotations
@@ -27,6 +38,9 @@ from typing import Generic, TypeVar
 NO_LEADER = -1
 UNKNOWN_OFFSET = -1
 
+NONE = 0
+NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+
 T = TypeVar("T")
 
 
@@ -36,14 +50,24 @@ class ReplicaState:
 
     leo: int = UNKNOWN_OFFSET  # the offset of its last fetch: it holds everything below
     last_fetch_ms: int = -1
-    last_caught_up_ms: int = -1  # last time its fetch reached our LEO (for ISR shrink)
+    last_caught_up_ms: int = -1  # last time it was caught up with our LEO (ISR shrink)
+    last_fetch_leader_leo: int = UNKNOWN_OFFSET  # our LEO at its last fetch
+
+
+@dataclass(frozen=True, slots=True)
+class AlterIsr:
+    """An ISR change the leader proposes to the controller (an AlterPartition)."""
+
+    new_isr: tuple[int, ...]
+    leader_epoch: int
+    partition_epoch: int  # the partition epoch it is based on
 
 
 class Partition(Generic[T]):
     """Leader epoch, replicas, ISR, follower LEOs, HW and pending acks of one partition.
 
     `T` is whatever the shell uses to track a pending acks=all produce (a future); the
-    core only orders and returns them.
+    core only orders and returns them, each with the Kafka error code it ends with.
     """
 
     def __init__(self, topic: str, partition: int, topic_id: str, local_id: int) -> None:
@@ -52,7 +76,8 @@ class Partition(Generic[T]):
         self.topic_id = topic_id
         self.local_id = local_id
         self.replicas: tuple[int, ...] = ()
-        self.isr: tuple[int, ...] = ()
+        self.isr: tuple[int, ...] = ()  # committed: as in the metadata log
+        self.pending_isr: AlterIsr | None = None  # sent to the controller, not answered
         self.leader = NO_LEADER
         self.leader_epoch = -1
         self.partition_epoch = -1
@@ -60,19 +85,27 @@ class Partition(Generic[T]):
         # First offset written in the current leader epoch (the LEO when we became leader).
         self.leader_epoch_start_offset = UNKNOWN_OFFSET
         self._remote: dict[int, ReplicaState] = {}
-        self._pending: list[tuple[int, int, T]] = []  # heap of (required HW, seq, token)
+        # heap of (required HW, seq, min.insync.replicas, token)
+        self._pending: list[tuple[int, int, int, T]] = []
         self._seq = itertools.count()
 
     def __repr__(self) -> str:
         role = "leader" if self.is_leader else f"follower of {self.leader}"
         return (
             f"Partition({self.topic}-{self.partition} {role} epoch={self.leader_epoch} "
-            f"isr={self.isr} hw={self.high_watermark})"
+            f"isr={self.isr} pending={self.pending_isr} hw={self.high_watermark})"
         )
 
     @property
     def is_leader(self) -> bool:
         return self.leader == self.local_id
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The committed ISR plus whoever a pending change adds: the set the HW waits for."""
+        if self.pending_isr is None:
+            return self.isr
+        return self.isr + tuple(r for r in self.pending_isr.new_isr if r not in self.isr)
 
     def remote(self, replica_id: int) -> ReplicaState | None:
         return self._remote.get(replica_id)
@@ -87,17 +120,22 @@ class Partition(Generic[T]):
         partition_epoch: int,
         local_leo: int,
         now_ms: int,
-    ) -> tuple[bool, list[T]]:
+    ) -> tuple[bool, list[tuple[T, int]]]:
         """Lead at `leader_epoch`. Returns (whether this is a new leader epoch here, the
-        pending produces the HW now covers).
+        pending produces that completed).
 
-        Same epoch (only the ISR or replicas changed): follower states are kept. A new
-        epoch: every follower's LEO is unknown until it fetches in this epoch, and each
-        ISR member counts as caught up now (it gets a full lag window, as in Kafka).
+        Same epoch (only the ISR or replicas changed): follower states are kept, and a
+        state older than ours (an AlterPartition answer got here before the metadata
+        log did) is ignored. A new epoch: every follower's LEO is unknown until it
+        fetches in this epoch, and each ISR member counts as caught up now (it gets a
+        full lag window, as in Kafka).
         """
         new_epoch = not self.is_leader or leader_epoch != self.leader_epoch
+        if not new_epoch and partition_epoch <= self.partition_epoch:
+            return False, []
         self.replicas = tuple(replicas)
         self.isr = tuple(isr)
+        self.pending_isr = None
         self.leader = self.local_id
         self.leader_epoch = leader_epoch
         self.partition_epoch = partition_epoch
@@ -130,6 +168,7 @@ class Partition(Generic[T]):
         no longer complete here: the shell fails them with NOT_LEADER_OR_FOLLOWER."""
         self.replicas = tuple(replicas)
         self.isr = tuple(isr)
+        self.pending_isr = None
         self.leader = leader
         self.leader_epoch = leader_epoch
         self.partition_epoch = partition_epoch
@@ -140,29 +179,34 @@ class Partition(Generic[T]):
 
     # -- leader side -----------------------------------------------------------------------------
 
-    def on_leader_append(self, local_leo: int) -> list[T]:
+    def on_leader_append(self, local_leo: int) -> list[tuple[T, int]]:
         """Our LEO moved: with an ISR of one, so does the HW."""
         return self._maybe_advance_hw(local_leo)
 
     def on_follower_fetch(
         self, replica_id: int, fetch_offset: int, local_leo: int, now_ms: int
-    ) -> list[T]:
+    ) -> list[tuple[T, int]]:
         """A follower fetched at `fetch_offset` (so it holds every offset below it) in our
         current epoch, past the divergence check. Returns produces now complete."""
         state = self._remote.get(replica_id)
         if not self.is_leader or state is None:
             return []
-        state.leo = min(fetch_offset, local_leo)
+        leo = min(fetch_offset, local_leo)
+        if leo >= local_leo:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, now_ms)
+        elif state.last_fetch_leader_leo != UNKNOWN_OFFSET and leo >= state.last_fetch_leader_leo:
+            # It has everything we had when it last fetched: caught up as of that fetch.
+            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        state.leo = leo
         state.last_fetch_ms = now_ms
-        if fetch_offset >= local_leo:
-            state.last_caught_up_ms = now_ms
+        state.last_fetch_leader_leo = local_leo
         return self._maybe_advance_hw(local_leo)
 
-    def _maybe_advance_hw(self, local_leo: int) -> list[T]:
+    def _maybe_advance_hw(self, local_leo: int) -> list[tuple[T, int]]:
         if not self.is_leader:
             return []
         new_hw = local_leo
-        for r in self.isr:
+        for r in self.maximal_isr:
             if r == self.local_id:
                 continue
             state = self._remote.get(r)
@@ -174,35 +218,116 @@ class Partition(Generic[T]):
         self.high_watermark = new_hw
         return self._complete()
 
-    def add_pending(self, required_hw: int, token: T) -> bool:
+    def add_pending(self, required_hw: int, min_isr: int, token: T) -> int | None:
         """Track an acks=all produce that completes once HW >= `required_hw`. Returns
-        True (and keeps nothing) when the HW is already there."""
+        its code at once (keeping nothing) when the HW is already there, else None."""
         if self.high_watermark >= required_hw:
-            return True
-        heapq.heappush(self._pending, (required_hw, next(self._seq), token))
-        return False
+            return self._ack_code(min_isr)
+        heapq.heappush(self._pending, (required_hw, next(self._seq), min_isr, token))
+        return None
 
     def remove_pending(self, token: T) -> None:
         """Forget a produce that gave up (timed out)."""
-        kept = [e for e in self._pending if e[2] is not token]
+        kept = [e for e in self._pending if e[3] is not token]
         if len(kept) != len(self._pending):
             self._pending = kept
             heapq.heapify(self._pending)
 
-    def _complete(self) -> list[T]:
-        done: list[T] = []
+    def timeout_code(self, min_isr: int, request_timed_out: int) -> int:
+        """What a produce that timed out waiting for the HW answers: too few replicas
+        to ever complete it, or plainly too slow."""
+        if len(self.maximal_isr) < min_isr:
+            return NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return request_timed_out
+
+    def _ack_code(self, min_isr: int) -> int:
+        return NONE if len(self.maximal_isr) >= min_isr else NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+    def _complete(self) -> list[tuple[T, int]]:
+        done: list[tuple[T, int]] = []
         while self._pending and self._pending[0][0] <= self.high_watermark:
-            done.append(heapq.heappop(self._pending)[2])
+            _, _, min_isr, token = heapq.heappop(self._pending)
+            done.append((token, self._ack_code(min_isr)))
         return done
 
     def drain_pending(self) -> list[T]:
-        out = [token for _, _, token in sorted(self._pending)]
+        out = [e[3] for e in sorted(self._pending, key=lambda e: (e[0], e[1]))]
         self._pending = []
         return out
 
     @property
     def pending_count(self) -> int:
         return len(self._pending)
+
+    # -- ISR changes ------------------------------------------------------------------------------
+
+    def is_caught_up(self, replica_id: int, local_leo: int, now_ms: int, lag_max_ms: int) -> bool:
+        state = self._remote.get(replica_id)
+        if state is None:
+            return False
+        return state.leo == local_leo or now_ms - state.last_caught_up_ms <= lag_max_ms
+
+    def maybe_shrink_isr(self, local_leo: int, now_ms: int, lag_max_ms: int) -> AlterIsr | None:
+        """Propose dropping the ISR followers that lag by more than `lag_max_ms` (run
+        every lag_max_ms / 2 by the shell). None: nothing to do, or a change in flight."""
+        if not self.is_leader or self.pending_isr is not None:
+            return None
+        out = [
+            r
+            for r in self.isr
+            if r != self.local_id and not self.is_caught_up(r, local_leo, now_ms, lag_max_ms)
+        ]
+        if not out:
+            return None
+        return self._propose(tuple(r for r in self.isr if r not in out))
+
+    def maybe_expand_isr(self, replica_id: int, usable: bool) -> AlterIsr | None:
+        """After a follower's fetch: propose adding it once it reached our HW and the
+        start of our epoch (it then holds every committed record) and its broker is
+        `usable` in the metadata image."""
+        if not self.is_leader or self.pending_isr is not None or replica_id in self.isr:
+            return None
+        state = self._remote.get(replica_id)
+        if (
+            not usable
+            or state is None
+            or state.leo == UNKNOWN_OFFSET
+            or state.leo < self.high_watermark
+            or state.leo < self.leader_epoch_start_offset
+        ):
+            return None
+        return self._propose((*self.isr, replica_id))
+
+    def _propose(self, new_isr: tuple[int, ...]) -> AlterIsr:
+        self.pending_isr = AlterIsr(new_isr, self.leader_epoch, self.partition_epoch)
+        return self.pending_isr
+
+    def on_alter_isr_answer(
+        self,
+        sent: AlterIsr,
+        error_code: int,
+        isr: Iterable[int],
+        leader_epoch: int,
+        partition_epoch: int,
+        local_leo: int,
+    ) -> list[tuple[T, int]]:
+        """The controller answered `sent`. Success commits the ISR it returns; an error
+        drops the proposal (the next fetch or shrink check proposes again, from the
+        state the metadata log brings). An answer to a proposal we already gave up
+        (a newer state arrived meanwhile) changes nothing."""
+        if self.pending_isr is not sent:
+            return []
+        self.pending_isr = None
+        if (
+            error_code == NONE
+            and self.is_leader
+            and leader_epoch == self.leader_epoch
+            and partition_epoch > self.partition_epoch
+        ):
+            self.isr = tuple(isr)
+            self.partition_epoch = partition_epoch
+        # A dropped expansion no longer holds the HW back; a committed shrink neither.
+        return self._maybe_advance_hw(local_leo)
 
     # -- follower side ---------------------------------------------------------------------------
 
@@ -213,17 +338,3 @@ class Partition(Generic[T]):
 
     def on_truncate(self, local_leo: int) -> None:
         self.high_watermark = min(self.high_watermark, local_leo)
-
-    # -- ISR (the next step wires these to AlterPartition) -----------------------------------
-
-    def lagging_isr_members(self, now_ms: int, lag_time_max_ms: int) -> list[int]:
-        """ISR followers that have not caught up with our LEO within the lag window."""
-        if not self.is_leader:
-            return []
-        return [
-            r
-            for r in self.isr
-            if r != self.local_id
-            and (state := self._remote.get(r)) is not None
-            and now_ms - state.last_caught_up_ms > lag_time_max_ms
-        ]

@@ -24,13 +24,15 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from broker.alter_partition import AlterPartitionManager
 from broker.config import BrokerConfig, describe_topic_configs
 from broker.controller_channel import MetadataUpdate
 from broker.fetcher import FetcherManager, FollowerData, FollowerFetchState
-from broker.hosted import HostedPartition, finish, log_headers
-from broker.partition import NO_LEADER, Partition
+from broker.hosted import HostedPartition, finish, finish_acks, log_headers
+from broker.partition import NO_LEADER, AlterIsr, Partition
 from broker.producer_state import ProducerStateManager
 from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from metadata_log.controller_api import AlterPartitionResponse
 from metadata_log.image import MetadataImage, PartitionRegistration
 from metadata_log.records import TOPIC_RESOURCE
 from storage.checkpoint import PARTITION_METADATA, CheckpointError, write_partition_metadata
@@ -77,12 +79,15 @@ class ReplicaManager:
         log_manager: LogManager,
         *,
         fetchers: FetcherManager | None = None,
+        alter_partitions: AlterPartitionManager | None = None,
         clock_ms: Callable[[], int] = monotonic_ms,
     ) -> None:
         self.config = config
         self.broker_id = config.node_id
         self.log_manager = log_manager
         self.fetchers = fetchers
+        # None (unit tests without a controller): the ISR stays as the metadata says.
+        self.alter_partitions = alter_partitions
         self._clock_ms = clock_ms
         self._image = MetadataImage()
         self._partitions: dict[TP, HostedPartition] = {}
@@ -248,7 +253,7 @@ class ReplicaManager:
                 new_epoch, done = h.core.make_leader(
                     reg.replicas, reg.isr, reg.leader_epoch, reg.partition_epoch, leo, now
                 )
-                finish(done, NONE)
+                finish_acks(done)
                 if new_epoch:
                     log.info(
                         "leader of %s-%d epoch=%d leo=%d hw=%d isr=%s",
@@ -339,22 +344,28 @@ class ReplicaManager:
             return result
         if acks != -1:
             return result
-        return await self._await_hw(h, last_offset + 1, timeout_ms, result)
+        return await self._await_hw(h, last_offset + 1, self._min_isr(topic), timeout_ms, result)
 
     async def _await_hw(
-        self, h: HostedPartition, required: int, timeout_ms: int, result: ProduceResult
+        self,
+        h: HostedPartition,
+        required: int,
+        min_isr: int,
+        timeout_ms: int,
+        result: ProduceResult,
     ) -> ProduceResult:
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        if h.core.add_pending(required, fut):
-            return result
-        try:
-            code = await asyncio.wait_for(fut, max(0, timeout_ms) / 1000)
-        except TimeoutError:
-            h.core.remove_pending(fut)
-            return ProduceResult(
-                REQUEST_TIMED_OUT,
-                error_message=f"the HW did not reach {required} within {timeout_ms} ms",
-            )
+        code = h.core.add_pending(required, min_isr, fut)
+        if code is None:
+            try:
+                code = await asyncio.wait_for(fut, max(0, timeout_ms) / 1000)
+            except TimeoutError:
+                h.core.remove_pending(fut)
+                return ProduceResult(
+                    h.core.timeout_code(min_isr, REQUEST_TIMED_OUT),
+                    error_message=f"the HW did not reach {required} within {timeout_ms} ms "
+                    f"(ISR {list(h.core.maximal_isr)}, min.insync.replicas={min_isr})",
+                )
         return result if code == NONE else ProduceResult(code)
 
     # -- fetch -----------------------------------------------------------------------------------
@@ -364,30 +375,20 @@ class ReplicaManager:
         if isinstance(h, int):
             return FetchResult(h)
         core, lg = h.core, h.log
-        bound: int | None = core.high_watermark
         if replica_id >= 0:
-            if replica_id not in core.replicas:
-                return FetchResult(NOT_LEADER_OR_FOLLOWER)
-            diverging = h.diverging(p.fetch_offset, p.last_fetched_epoch)
-            if diverging is not None:
-                return FetchResult(
-                    NONE,
-                    core.high_watermark,
-                    core.high_watermark,
-                    lg.log_start_offset,
-                    diverging_epoch=diverging,
-                )
-            if lg.log_start_offset <= p.fetch_offset <= lg.log_end_offset:
-                old_hw = core.high_watermark
-                done = core.on_follower_fetch(
-                    replica_id, p.fetch_offset, lg.log_end_offset, self._clock_ms()
-                )
-                finish(done, NONE)
-                if core.high_watermark != old_hw:
-                    h.wake()
-            bound = None  # followers read up to the LEO
+            result, expand = h.serve_follower_fetch(
+                replica_id,
+                p.fetch_offset,
+                p.last_fetched_epoch,
+                p.max_bytes,
+                self._clock_ms(),
+                self.alter_partitions is not None and self._image.is_usable(replica_id),
+            )
+            if expand is not None:
+                self._propose_isr(h, expand, "expanding")
+            return result
         try:
-            data = lg.read(p.fetch_offset, max(0, p.max_bytes), max_offset=bound)
+            data = lg.read(p.fetch_offset, max(0, p.max_bytes), max_offset=core.high_watermark)
         except OffsetOutOfRangeError:
             return FetchResult(
                 OFFSET_OUT_OF_RANGE, core.high_watermark, core.high_watermark, lg.log_start_offset
@@ -437,6 +438,60 @@ class ReplicaManager:
             finally:
                 for h in hosted:
                     h.waiters.discard(fut)
+
+    # -- ISR changes (AlterPartition) ---------------------------------------------------------
+
+    def _propose_isr(self, h: HostedPartition, alter: AlterIsr, what: str) -> None:
+        assert self.alter_partitions is not None
+        log.info(
+            "%s ISR of %s from %s to %s (leader epoch %d, partition epoch %d)",
+            what,
+            h.name,
+            list(h.core.isr),
+            list(alter.new_isr),
+            alter.leader_epoch,
+            alter.partition_epoch,
+        )
+
+        def on_answer(sent: AlterIsr, resp: AlterPartitionResponse) -> None:
+            tp = (h.core.topic, h.core.partition)
+            if self._partitions.get(tp) is not h:
+                return  # deleted or recreated meanwhile
+            done = h.core.on_alter_isr_answer(
+                sent,
+                resp.error_code,
+                resp.isr,
+                resp.leader_epoch,
+                resp.partition_epoch,
+                h.log.log_end_offset,
+            )
+            finish_acks(done)
+            h.wake()
+
+        self.alter_partitions.submit(h.core.topic_id, h.core.partition, alter, on_answer)
+
+    def shrink_isrs(self) -> int:
+        """Propose dropping lagging followers from the ISRs we lead; how many proposals."""
+        if self.alter_partitions is None:
+            return 0
+        now, lag = self._clock_ms(), self.config.replica_lag_time_max_ms
+        n = 0
+        for h in self._partitions.values():
+            if h.transitioning or not h.core.is_leader:
+                continue
+            alter = h.core.maybe_shrink_isr(h.log.log_end_offset, now, lag)
+            if alter is not None:
+                self._propose_isr(h, alter, "shrinking")
+                n += 1
+        return n
+
+    async def run_isr_expiration(self, stop: asyncio.Event) -> None:
+        """Kafka's isr-expiration task: a shrink check every replica.lag.time.max.ms / 2."""
+        interval = self.config.replica_lag_time_max_ms / 2000
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+            self.shrink_isrs()
 
     # -- offsets ---------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 
+from broker.alter_partition import AlterPartitionManager
 from broker.apis import KafkaApis
 from broker.config import BrokerConfig
 from broker.controller_channel import ControllerChannel, ControllerError, ControllerUnavailable
@@ -60,8 +61,6 @@ class BrokerServer:
                 socket_timeout_ms=config.replica_socket_timeout_ms,
             ),
         )
-        self.replica_manager = ReplicaManager(config, self.log_manager, fetchers=self.fetchers)
-        self.fetchers.target = self.replica_manager
         self.channel = ControllerChannel(
             config.node_id,
             list(config.controller_endpoints.values()),
@@ -72,8 +71,15 @@ class BrokerServer:
             rack=config.rack,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
             request_timeout_ms=config.request_timeout_ms,
-            on_update=self.replica_manager.apply_update,
         )
+        self.alter_partitions = AlterPartitionManager(
+            config.node_id, self.channel.alter_partition, lambda: self.channel.broker_epoch
+        )
+        self.replica_manager = ReplicaManager(
+            config, self.log_manager, fetchers=self.fetchers, alter_partitions=self.alter_partitions
+        )
+        self.fetchers.target = self.replica_manager
+        self.channel.set_on_update(self.replica_manager.apply_update)
         self.auto_create_topics_enable = config.auto_create_topics_enable
         self.listener: KafkaServer | None = None
         self._stop_tasks = asyncio.Event()
@@ -107,6 +113,9 @@ class BrokerServer:
             asyncio.create_task(
                 self.replica_manager.run_checkpoints(self._stop_tasks), name="hw-checkpoints"
             ),
+            asyncio.create_task(
+                self.replica_manager.run_isr_expiration(self._stop_tasks), name="isr-expiration"
+            ),
         ]
         self.channel.ready_to_unfence()
         await self.channel.wait_until_unfenced(float("inf"))
@@ -126,6 +135,7 @@ class BrokerServer:
                 await self.listener.close()
             self.listener = None
         await self.fetchers.shutdown()
+        await self.alter_partitions.shutdown()
         self.replica_manager.shutdown()
         self._stop_tasks.set()
         for task in self._tasks:

@@ -22,7 +22,6 @@ import pytest
 from broker.config import BrokerConfig, from_properties
 from broker.controller_channel import MetadataUpdate
 from broker.fetcher import FollowerData
-from broker.partition import Partition
 from broker.producer_state import (
     INT32_MAX,
     BatchHeader,
@@ -171,64 +170,6 @@ def fetched(rm: ReplicaManager, offset: int, replica_id: int = -1) -> list[bytes
     r = rm.fetch(fp(offset), replica_id, 0)
     assert r.error_code == 0, r
     return values_in(r.records.read() if hasattr(r.records, "read") else (r.records or b""))  # type: ignore[union-attr]
-
-
-# -- Partition: the sans-I/O core ---------------------------------------------------------------
-
-
-def test_hw_is_min_leo_over_isr_and_waits_for_unknown_followers() -> None:
-    p: Partition[str] = Partition(TOPIC, 0, TID, 1)
-    p.make_leader((1, 2, 3), (1, 2, 3), 5, 0, local_leo=0, now_ms=0)
-    assert not p.add_pending(3, "a")
-    assert p.on_leader_append(10) == []  # followers have not fetched in epoch 5
-    assert p.on_follower_fetch(2, 10, 10, 1) == []
-    assert p.high_watermark == 0
-    assert p.on_follower_fetch(3, 4, 10, 1) == ["a"]
-    assert p.high_watermark == 4
-    assert p.on_follower_fetch(3, 10, 10, 2) == []
-    assert p.high_watermark == 10
-
-
-def test_hw_never_moves_back_on_a_leader_and_a_new_epoch_resets_follower_leos() -> None:
-    p: Partition[str] = Partition(TOPIC, 0, TID, 1)
-    p.make_leader((1, 2), (1, 2), 1, 0, 0, 0)
-    p.on_leader_append(8)
-    p.on_follower_fetch(2, 8, 8, 0)
-    assert p.high_watermark == 8
-    p.on_follower_fetch(2, 3, 8, 1)  # a stale fetch
-    assert p.high_watermark == 8
-    new_epoch, _ = p.make_leader((1, 2), (1, 2), 2, 1, 8, 5)
-    assert new_epoch and p.remote(2) is not None and p.remote(2).leo == -1  # type: ignore[union-attr]
-    same, _ = p.make_leader((1, 2), (1, 2), 2, 2, 8, 6)  # ISR-only change: states kept
-    assert not same
-
-
-def test_an_isr_of_one_commits_at_append_and_followers_outside_the_isr_do_not_count() -> None:
-    p: Partition[str] = Partition(TOPIC, 0, TID, 1)
-    p.make_leader((1, 2), (1,), 0, 0, 0, 0)
-    p.add_pending(2, "x")
-    assert p.on_leader_append(2) == ["x"]
-    assert p.high_watermark == 2
-
-
-def test_losing_leadership_returns_pending_produces_and_clamps_hw() -> None:
-    p: Partition[str] = Partition(TOPIC, 0, TID, 1)
-    p.make_leader((1, 2), (1, 2), 0, 0, 0, 0)
-    p.add_pending(1, "a")
-    p.add_pending(2, "b")
-    assert p.make_follower((1, 2), (2,), 2, 1, 1, local_leo=5) == ["a", "b"]
-    p.on_follower_progress(leader_hw=9, local_leo=5)
-    assert p.high_watermark == 5
-    p.on_truncate(3)
-    assert p.high_watermark == 3
-
-
-def test_lagging_isr_members() -> None:
-    p: Partition[str] = Partition(TOPIC, 0, TID, 1)
-    p.make_leader((1, 2, 3), (1, 2, 3), 0, 0, 0, now_ms=1000)
-    p.on_leader_append(5)
-    p.on_follower_fetch(2, 5, 5, 20_000)
-    assert p.lagging_isr_members(now_ms=40_000, lag_time_max_ms=30_000) == [3]
 
 
 # -- ProducerStateManager ---------------------------------------------------------------------

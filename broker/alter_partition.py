@@ -1,0 +1,74 @@
+"""ISR changes on their way to the active controller (Kafka's AlterPartitionManager).
+
+The sans-I/O `Partition` decides a shrink or an expansion and keeps it pending; this
+sends it as an AlterPartition over the controller channel and hands the answer back.
+Each partition has at most one change in flight (the core refuses a second one), so
+answers cannot cross. A failure to reach the controller comes back as an error answer:
+the core drops the proposal and proposes again on the next fetch or shrink check,
+from whatever state the metadata log has brought by then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from broker.partition import AlterIsr
+from metadata_log.controller_api import AlterPartitionRequest, AlterPartitionResponse, Errors
+
+log = logging.getLogger("broker.alter_partition")
+
+Send = Callable[[AlterPartitionRequest], Awaitable[AlterPartitionResponse]]
+OnAnswer = Callable[[AlterIsr, AlterPartitionResponse], None]
+
+
+class AlterPartitionManager:
+    def __init__(self, broker_id: int, send: Send, broker_epoch: Callable[[], int]) -> None:
+        self.broker_id = broker_id
+        self._send = send
+        self._broker_epoch = broker_epoch
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.sent = 0
+        self.failed = 0
+
+    def submit(self, topic_id: str, partition: int, alter: AlterIsr, on_answer: OnAnswer) -> None:
+        req = AlterPartitionRequest(
+            broker_id=self.broker_id,
+            broker_epoch=self._broker_epoch(),
+            topic_id=topic_id,
+            partition=partition,
+            leader_epoch=alter.leader_epoch,
+            partition_epoch=alter.partition_epoch,
+            new_isr=list(alter.new_isr),
+        )
+        task = asyncio.create_task(self._run(req, alter, on_answer), name="alter-partition")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, req: AlterPartitionRequest, alter: AlterIsr, on_answer: OnAnswer) -> None:
+        self.sent += 1
+        try:
+            resp = await self._send(req)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the controller refused it, or none answered in time
+            code = getattr(exc, "error_code", Errors.REQUEST_TIMED_OUT)
+            resp = AlterPartitionResponse(code, error_message=str(exc))
+        if resp.error_code != Errors.NONE:
+            self.failed += 1
+            log.info(
+                "AlterPartition %s-%d isr=%s failed: error %d %s",
+                req.topic_id,
+                req.partition,
+                req.new_isr,
+                resp.error_code,
+                resp.error_message or "",
+            )
+        on_answer(alter, resp)
+
+    async def shutdown(self) -> None:
+        tasks, self._tasks = list(self._tasks), set()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
