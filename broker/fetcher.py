@@ -69,7 +69,9 @@ class FollowerData:
 class ReplicaTarget(Protocol):
     def follower_fetch_state(self, tp: TP) -> FollowerFetchState | None: ...
     def leader_endpoint(self, broker_id: int) -> tuple[str, int] | None: ...
-    async def process_follower_data(self, tp: TP, data: FollowerData) -> int: ...
+    async def process_follower_data(
+        self, tp: TP, sent: FollowerFetchState, data: FollowerData
+    ) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -235,7 +237,7 @@ class LeaderFetcher:
                     if tp not in self.partitions:
                         continue  # removed while the request was out
                     try:
-                        code = await self.target.process_follower_data(tp, data)
+                        code = await self.target.process_follower_data(tp, ready[tp], data)
                     except Exception:
                         log.exception("applying fetched data to %s-%d failed", *tp)
                         code = -1

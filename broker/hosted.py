@@ -174,17 +174,22 @@ class HostedPartition:
             self.core.leader_epoch, lg.log_end_offset, lg.latest_epoch, lg.log_start_offset
         )
 
-    async def apply_leader_answer(self, data: FollowerData) -> int:
-        """Apply the leader's fetch answer (truncations, which may delete files, in a
-        thread). Returns its error code (non-zero: the fetcher backs off this
-        partition until metadata catches up)."""
+    async def apply_leader_answer(self, sent: FollowerFetchState, data: FollowerData) -> int:
+        """Apply the leader's answer to the fetch we sent as `sent` (truncations, which
+        may delete files, in a thread). Returns its error code (non-zero: the fetcher
+        backs off this partition until metadata catches up)."""
         if data.diverging_epoch is not None or data.error_code == OFFSET_OUT_OF_RANGE:
-            return await asyncio.to_thread(self.apply_leader_answer_now, data)
-        return self.apply_leader_answer_now(data)
+            return await asyncio.to_thread(self.apply_leader_answer_now, sent, data)
+        return self.apply_leader_answer_now(sent, data)
 
-    def apply_leader_answer_now(self, data: FollowerData) -> int:
+    def apply_leader_answer_now(self, sent: FollowerFetchState, data: FollowerData) -> int:
         """`apply_leader_answer`, all in the calling thread."""
         lg = self.log
+        now = self.fetch_state()
+        if now.leader_epoch != sent.leader_epoch or now.fetch_offset != sent.fetch_offset:
+            # Our log or leader moved while the request was out (a truncation, a new
+            # epoch): the answer is about a state we left. Kafka's fetcher drops it too.
+            return 0
         if data.error_code == OFFSET_OUT_OF_RANGE:
             if data.log_start_offset > lg.log_end_offset:
                 self._restart_at(data.log_start_offset)

@@ -536,11 +536,13 @@ class ReplicaManager:
         ep = b.endpoint(self.config.inter_broker_listener_name) or b.endpoint()
         return None if ep is None else (ep.host, ep.port)
 
-    async def process_follower_data(self, tp: TP, data: FollowerData) -> int:
+    async def process_follower_data(
+        self, tp: TP, sent: FollowerFetchState, data: FollowerData
+    ) -> int:
         h = self._partitions.get(tp)
         if h is None or h.transitioning or h.core.is_leader:
             return NONE
-        return await h.apply_leader_answer(data)
+        return await h.apply_leader_answer(sent, data)
 
     # -- shutdown --------------------------------------------------------------------------------
 

@@ -391,15 +391,20 @@ async def test_follower_appends_truncates_and_follows_the_hw(tmp_path: Path) -> 
     leader_log.append_as_leader(bytearray(batch(b"a", b"b")), 0)
     leader_log.append_as_leader(bytearray(batch(b"c", pid=5, epoch=0, seq=0)), 0)
     data = leader_log.read(0, 1 << 20).read()
-    code = await rm.process_follower_data((TOPIC, 0), FollowerData(0, 2, 0, data))
+    sent = rm.follower_fetch_state((TOPIC, 0))
+    assert sent is not None
+    code = await rm.process_follower_data((TOPIC, 0), sent, FollowerData(0, 2, 0, data))
     h = rm.partition(TOPIC, 0)
     assert code == 0 and h is not None
     assert (h.log.log_end_offset, h.core.high_watermark) == (3, 2)
     assert h.producers.entry(5) is not None
     st = rm.follower_fetch_state((TOPIC, 0))
     assert st is not None and (st.fetch_offset, st.last_fetched_epoch) == (3, 0)
+    # an answer to a fetch from a state we left (offset 0) is dropped
+    await rm.process_follower_data((TOPIC, 0), sent, FollowerData(0, 1, 0, None, (0, 1)))
+    assert h.log.log_end_offset == 3
     # the leader says epoch 0 ended at 1: our tail after it diverges
-    await rm.process_follower_data((TOPIC, 0), FollowerData(0, 1, 0, None, (0, 1)))
+    await rm.process_follower_data((TOPIC, 0), st, FollowerData(0, 1, 0, None, (0, 1)))
     assert h.log.log_end_offset == 0  # the batch holding offset 1 went whole
     assert h.core.high_watermark == 0 and h.producers.entry(5) is None
 
