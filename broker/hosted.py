@@ -15,6 +15,7 @@ from broker.fetcher import FollowerData, FollowerFetchState
 from broker.partition import AlterIsr, Partition
 from broker.producer_state import BatchHeader, ProducerStateError, ProducerStateManager
 from broker.runtime import FetchResult, ListOffsetResult, ProduceResult
+from metadata_log.image import PartitionRegistration
 from storage.epoch_cache import UNDEFINED_EPOCH
 from storage.log import Log
 from storage.log_types import OffsetOutOfRangeError, UnexpectedAppendOffsetError
@@ -25,6 +26,7 @@ log = logging.getLogger("broker.replica_manager")
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
 NOT_LEADER_OR_FOLLOWER = 6
+NOT_ENOUGH_REPLICAS = 19
 KAFKA_STORAGE_ERROR = 56
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
@@ -72,7 +74,55 @@ class HostedPartition:
     def wake(self) -> None:
         wake(self.waiters)
 
+    # -- roles --------------------------------------------------------------------------------
+
+    def start_leader_epoch(self, leader_epoch: int) -> None:
+        """The file step of a new leadership: our epoch starts at our LEO, and followers'
+        divergence checks need it before our first append in it."""
+        lg = self.log
+        if leader_epoch > lg.leader_epoch_cache.latest_epoch:
+            lg.leader_epoch_cache.assign(leader_epoch, lg.log_end_offset)
+
+    def install(self, reg: PartitionRegistration, now_ms: int) -> bool:
+        """Take the role `reg` gives this broker (after `start_leader_epoch` when it
+        leads). Returns whether we start leading a new epoch. Pending produces that
+        complete or can no longer complete here are finished."""
+        core, leo = self.core, self.log.log_end_offset
+        new_epoch = False
+        if reg.leader == core.local_id:
+            new_epoch, done = core.make_leader(
+                reg.replicas, reg.isr, reg.leader_epoch, reg.partition_epoch, leo, now_ms
+            )
+            finish_acks(done)
+        else:
+            failed = core.make_follower(
+                reg.replicas, reg.isr, reg.leader, reg.leader_epoch, reg.partition_epoch, leo
+            )
+            finish(failed, NOT_LEADER_OR_FOLLOWER)
+        return new_epoch
+
     # -- leader side --------------------------------------------------------------------------
+
+    def produce(
+        self, records: bytes, acks: int, min_isr: int, token: asyncio.Future[int]
+    ) -> tuple[ProduceResult, int | None]:
+        """A produce on the leader: `min.insync.replicas` for acks=all
+        (NOT_ENOUGH_REPLICAS before appending), the append, then for acks=all the wait
+        for the HW. Returns the result and, when it must wait, the offset the HW must
+        reach (`token` completes then, with its code); None: answer now."""
+        if acks == -1 and len(self.core.isr) < min_isr:
+            return ProduceResult(
+                NOT_ENOUGH_REPLICAS,
+                error_message=f"ISR {list(self.core.isr)} is smaller than "
+                f"min.insync.replicas={min_isr}",
+            ), None
+        result, last_offset = self.append_as_leader(records)
+        if result.error_code != NONE or acks != -1:
+            return result, None
+        code = self.core.add_pending(last_offset + 1, min_isr, token)
+        if code is None:
+            return result, last_offset + 1
+        return (result if code == NONE else ProduceResult(code)), None
 
     def append_as_leader(self, records: bytes) -> tuple[ProduceResult, int]:
         """Check idempotence, append at our leader epoch, move the HW where the ISR

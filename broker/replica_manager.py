@@ -193,8 +193,7 @@ class ReplicaManager:
                 lg = pl.log if pl.hosted is None else pl.hosted.log
                 assert lg is not None
                 if pl.leader and pl.reg.leader_epoch > lg.leader_epoch_cache.latest_epoch:
-                    # Our epoch starts at our LEO: divergence checks for followers need
-                    # it before our first append in this epoch.
+                    # HostedPartition.start_leader_epoch, for a partition not hosted yet.
                     lg.leader_epoch_cache.assign(pl.reg.leader_epoch, lg.log_end_offset)
             except (OSError, ValueError, RuntimeError) as exc:  # a bad disk, a bad log dir
                 failed += 1
@@ -248,28 +247,18 @@ class ReplicaManager:
                 )
                 h = HostedPartition(core, pl.log, pl.producers)
                 self._partitions[pl.tp] = h
-            reg, leo = pl.reg, h.log.log_end_offset
-            if pl.leader:
-                new_epoch, done = h.core.make_leader(
-                    reg.replicas, reg.isr, reg.leader_epoch, reg.partition_epoch, leo, now
+            reg = pl.reg
+            if h.install(reg, now):
+                log.info(
+                    "leader of %s-%d epoch=%d leo=%d hw=%d isr=%s",
+                    *pl.tp,
+                    reg.leader_epoch,
+                    h.log.log_end_offset,
+                    h.core.high_watermark,
+                    list(reg.isr),
                 )
-                finish_acks(done)
-                if new_epoch:
-                    log.info(
-                        "leader of %s-%d epoch=%d leo=%d hw=%d isr=%s",
-                        *pl.tp,
-                        reg.leader_epoch,
-                        leo,
-                        h.core.high_watermark,
-                        list(reg.isr),
-                    )
-            else:
-                failed = h.core.make_follower(
-                    reg.replicas, reg.isr, reg.leader, reg.leader_epoch, reg.partition_epoch, leo
-                )
-                finish(failed, NOT_LEADER_OR_FOLLOWER)
-                if id(pl) in heavy_ids and reg.leader != NO_LEADER:
-                    new_followers[pl.tp] = reg.leader
+            if not pl.leader and id(pl) in heavy_ids and reg.leader != NO_LEADER:
+                new_followers[pl.tp] = reg.leader
             h.transitioning = False
             h.wake()
         self._image = image
@@ -333,39 +322,20 @@ class ReplicaManager:
         h = self._leader(topic, partition, -1)
         if isinstance(h, int):
             return ProduceResult(h)
-        core = h.core
-        if acks == -1 and len(core.isr) < (min_isr := self._min_isr(topic)):
-            return ProduceResult(
-                NOT_ENOUGH_REPLICAS,
-                error_message=f"ISR {list(core.isr)} is smaller than min.insync.replicas={min_isr}",
-            )
-        result, last_offset = h.append_as_leader(records)
-        if result.error_code != NONE:
-            return result
-        if acks != -1:
-            return result
-        return await self._await_hw(h, last_offset + 1, self._min_isr(topic), timeout_ms, result)
-
-    async def _await_hw(
-        self,
-        h: HostedPartition,
-        required: int,
-        min_isr: int,
-        timeout_ms: int,
-        result: ProduceResult,
-    ) -> ProduceResult:
+        min_isr = self._min_isr(topic)
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        code = h.core.add_pending(required, min_isr, fut)
-        if code is None:
-            try:
-                code = await asyncio.wait_for(fut, max(0, timeout_ms) / 1000)
-            except TimeoutError:
-                h.core.remove_pending(fut)
-                return ProduceResult(
-                    h.core.timeout_code(min_isr, REQUEST_TIMED_OUT),
-                    error_message=f"the HW did not reach {required} within {timeout_ms} ms "
-                    f"(ISR {list(h.core.maximal_isr)}, min.insync.replicas={min_isr})",
-                )
+        result, required = h.produce(records, acks, min_isr, fut)
+        if required is None:
+            return result
+        try:
+            code = await asyncio.wait_for(fut, max(0, timeout_ms) / 1000)
+        except TimeoutError:
+            h.core.remove_pending(fut)
+            return ProduceResult(
+                h.core.timeout_code(min_isr, REQUEST_TIMED_OUT),
+                error_message=f"the HW did not reach {required} within {timeout_ms} ms "
+                f"(ISR {list(h.core.maximal_isr)}, min.insync.replicas={min_isr})",
+            )
         return result if code == NONE else ProduceResult(code)
 
     # -- fetch -----------------------------------------------------------------------------------
