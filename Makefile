@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(PY) -m bench.storage_bench --fsync --out bench/results/storage_fsync.json
 	$(PY) -m bench.controller_bench
 	$(PY) -m bench.broker_bench
+	$(PY) -m bench.latency_bench
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
