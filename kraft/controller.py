@@ -97,12 +97,23 @@ class QuorumController:
         unusable: set[int],
         topics: Iterable[str] | None = None,
         newly_usable: frozenset[int] = frozenset(),
+        now_ms: int | None = None,
     ) -> list[Record]:
         """Partition changes so no unusable broker leads or sits in an ISR of size > 1,
         and offline partitions get a leader where one is eligible (`newly_usable`: brokers
-        unfenced by records of the same batch)."""
+        unfenced by records of the same batch).
+
+        With `now_ms`, a broker whose session has expired is unusable even before the
+        next tick fences it: otherwise a broker registering again could hand its ISR
+        places to brokers that are already dead (found by the replication model: a
+        restarted broker's registration left the one replica that had lost its
+        unflushed tail as the only ISR member)."""
         usable = {
-            b for b in image.brokers if image.is_usable(b) and b not in unusable
+            b
+            for b in image.brokers
+            if image.is_usable(b)
+            and b not in unusable
+            and (now_ms is None or self.session_alive(b, now_ms))
         } | newly_usable
         out: list[Record] = []
         for topic_id in sorted(image.topics if topics is None else topics):
@@ -152,7 +163,7 @@ class QuorumController:
             )
         ]
         if existing is not None:  # a restarted broker: it is fenced until caught up again
-            records += self._rebalance(image, {req.broker_id})
+            records += self._rebalance(image, {req.broker_id}, now_ms=now_ms)
         self._touch(req.broker_id, now_ms)
 
         def respond(result: AppendResult | None) -> BrokerRegistrationResponse:
@@ -177,16 +188,18 @@ class QuorumController:
         if req.want_shutdown:
             if not b.in_controlled_shutdown:
                 records.append(ControlledShutdownRecord(b.broker_id, b.broker_epoch))
-                records += self._rebalance(image, {b.broker_id})
+                records += self._rebalance(image, {b.broker_id}, now_ms=now_ms)
         elif req.want_fence and not b.fenced:
             records.append(FenceBrokerRecord(b.broker_id, b.broker_epoch))
-            records += self._rebalance(image, {b.broker_id})
+            records += self._rebalance(image, {b.broker_id}, now_ms=now_ms)
             fenced = True
         elif b.fenced and caught_up and not req.want_fence:
             records.append(UnfenceBrokerRecord(b.broker_id, b.broker_epoch))
             # Offline partitions it can lead get their leader in the same batch.
             # (Unfencing also ends a controlled shutdown: see UnfenceBrokerRecord's replay.)
-            records += self._rebalance(image, set(), newly_usable=frozenset({b.broker_id}))
+            records += self._rebalance(
+                image, set(), newly_usable=frozenset({b.broker_id}), now_ms=now_ms
+            )
             fenced = False
         leads = any(
             reg.leader == b.broker_id and len(reg.replicas) > 1
@@ -221,7 +234,7 @@ class QuorumController:
         records: list[Record] = [
             FenceBrokerRecord(bid, image.brokers[bid].broker_epoch) for bid in expired
         ]
-        records += self._rebalance(image, set(expired))
+        records += self._rebalance(image, set(expired), now_ms=now_ms)
         return records
 
     def allocate_producer_ids(

@@ -384,6 +384,10 @@ class Log:
         with self._lock:
             self._check_open()
             if offset >= self._leo:
+                # Kafka does this too (UnifiedLog.truncateTo): an epoch we started as
+                # leader at our LEO without appending to it must go, or our fetches
+                # keep naming an epoch the new leader never had, and diverge forever.
+                self.leader_epoch_cache.truncate_from_end(self._leo)
                 return False
             if offset < self._segments[0].base_offset:
                 self.truncate_fully_and_start_at(offset)

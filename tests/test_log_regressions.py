@@ -199,3 +199,17 @@ def test_log_append_time_stamps_batches_and_keeps_crc_valid(tmp_path: Path) -> N
     (view,) = iter_batches(log.read(0, 1 << 20).read())
     assert view.is_valid() and view.is_log_append_time
     assert [r.timestamp for r in decode_batch(view).records] == [T0 + 99, T0 + 99]
+
+
+def test_truncating_at_the_leo_drops_an_epoch_started_there(tmp_path: Path) -> None:
+    """A leader that started epoch 1 at its LEO and appended nothing, then follows: the
+    new leader's divergence answer truncates to the LEO, which removes no batch but must
+    remove epoch 1 (found by tests/test_replication_model.py; Kafka does the same)."""
+    log = Log(tmp_path / "t-0")
+    log.append_as_leader(batch(b"a"), 0)
+    log.leader_epoch_cache.assign(1, log.log_end_offset)
+    assert log.latest_epoch == 1
+    assert log.truncate_to(log.log_end_offset) is False
+    assert log.latest_epoch == 0
+    log.close()
+    assert Log(tmp_path / "t-0").latest_epoch == 0

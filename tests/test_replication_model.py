@@ -1,0 +1,741 @@
+"""A Hypothesis model of one partition with three replicas, built from the real cores.
+
+Each replica is a real `HostedPartition` (the sans-I/O `Partition` core, a real `Log`
+on disk, producer state): the very methods the broker's request handlers and fetchers
+call. The controller is the real sans-I/O `QuorumController` over the real replicated
+state machine. Only the wires are modelled: follower fetches, their answers and
+AlterPartition requests travel through a network that delivers them in any order, drops
+and duplicates them; brokers learn metadata whenever a rule says so (possibly late, so
+zombie leaders exist); there is one explicit clock.
+
+Rules: produce (acks 0, 1, all) to any broker that thinks it leads; a follower sends a
+fetch; deliver, drop or duplicate a message; sync a broker's metadata; tick the clock
+(live brokers heartbeat, sessions expire, leaders shrink lagging ISRs); flush a log;
+checkpoint a HW; pause and resume a broker (no heartbeats, no message handling); crash
+a broker (a SIGKILL keeps what reached the page cache; a machine crash loses the
+unflushed tail) and restart it (it registers again; the controller takes it out of the
+ISR); no rule elects directly: the controller elects on fencing and registration.
+
+A machine crash may lose acknowledged records on that machine. Without KIP-966, Kafka
+only promises they survive on the other ISR members, so the model allows a machine
+crash only while the other two replicas are up, unpaused, in the ISR and intact: one
+machine at a time in an otherwise healthy partition. SIGKILLs and pauses are unlimited.
+
+Invariants after every step (shared/notes/reliability.md): HW <= LEO everywhere; the
+HW never decreases on a leader within its epoch; leader in the ISR, ISR a non-empty
+subset of the replicas; every intact ISR member holds every record below the leader's
+HW; the leader holds every acknowledged record; any two replicas' logs match below the
+smaller HW; nothing below a replica's HW is ever truncated or changed (so a consumed
+offset never changes value); batch epochs never decrease along a log nor exceed the
+controller's leader epoch; an acks=all acknowledgement finds the record on at least
+min.insync.replicas logs. At the end the cluster is healed (restart, resume, sync,
+fetch, tick) and must converge: one leader, ISR of 3, identical logs, HW = LEO, every
+acknowledged record present once on every replica.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import event as hypothesis_event
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from broker.fetcher import FollowerData, FollowerFetchState
+from broker.hosted import HostedPartition, log_headers
+from broker.partition import AlterIsr, Partition
+from broker.producer_state import ProducerStateManager
+from kraft.controller import ControllerConfig, Decision, QuorumController
+from kraft.state_machine import AppendStatus, MetadataStateMachine
+from metadata_log.controller_api import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
+    CreatableTopic,
+    CreateTopicsRequest,
+    Errors,
+)
+from metadata_log.image import MetadataImage, PartitionRegistration
+from metadata_log.records import ControllerEpochRecord, Endpoint, encode_batch
+from storage.config import LogConfig
+from storage.log import Log
+from storage.records import Record, build_batch
+
+TOPIC = "model"
+TOPIC_ID = "00000000-0000-0000-0000-000000000001"
+BROKERS = (1, 2, 3)
+MIN_ISR = 2
+SESSION_MS = 9_000
+LAG_MS = 10_000
+LOG_CONFIG = LogConfig(segment_bytes=300)  # a few batches per segment: truncations cross them
+FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, NOT_LEADER = 74, 75, 6
+
+Entry = tuple[int, int, int]  # (base offset, leader epoch, value id) of a one-record batch
+
+
+@dataclass(frozen=True)
+class FetchReq:
+    src: int
+    dst: int
+    sent: FollowerFetchState
+    src_incarnation: int
+
+
+@dataclass(frozen=True)
+class FetchResp:
+    dst: int
+    sent: FollowerFetchState
+    data: FollowerData
+    dst_incarnation: int
+
+
+@dataclass(frozen=True)
+class AlterReq:
+    src: int
+    alter: AlterIsr
+    req: AlterPartitionRequest
+    src_incarnation: int
+
+
+@dataclass(frozen=True)
+class AlterResp:
+    dst: int
+    alter: AlterIsr
+    resp: AlterPartitionResponse
+    dst_incarnation: int
+
+
+Message = FetchReq | FetchResp | AlterReq | AlterResp
+
+
+class Ack:
+    """A pending acks=all produce: the core completes it like the broker's future."""
+
+    def __init__(self, machine: ReplicationModel, value_id: int, offset: int) -> None:
+        self.machine, self.value_id, self.offset = machine, value_id, offset
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, code: int) -> None:
+        self._done = True
+        self.machine.on_ack(self, code)
+
+
+@dataclass
+class Broker:
+    id: int
+    dir: Path
+    h: HostedPartition | None = None
+    up: bool = True
+    paused: bool = False
+    intact: bool = True  # False after a machine crash, until it leaves the ISR
+    incarnation: int = 1
+    registered: bool = False
+    broker_epoch: int = -1
+    metadata_offset: int = -1
+    checkpoint_hw: int = 0
+    committed: list[Entry] = field(default_factory=list)  # longest prefix seen below HW
+    last_entries: list[Entry] = field(default_factory=list)
+    leader_hw: tuple[int, int, int] | None = None  # (incarnation, epoch, HW) while leading
+
+    @property
+    def active(self) -> bool:
+        return self.up and not self.paused and self.h is not None and self.registered
+
+
+def event(what: str) -> None:
+    """A statistic for --hypothesis-show-statistics (ignored outside Hypothesis)."""
+    with contextlib.suppress(InvalidArgument):
+        hypothesis_event(what)
+
+
+def entries(lg: Log) -> list[Entry]:
+    return [(v.base_offset, v.partition_leader_epoch, v.max_timestamp) for v in log_headers(lg)]
+
+
+class ReplicationModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = Path(tempfile.mkdtemp(prefix="replication-model-"))
+        self.now = 0
+        self.sm = MetadataStateMachine(max_tail_records=10**9)
+        self.seq = itertools.count()
+        self.value_ids = itertools.count(1)
+        self.net: list[Message] = []
+        self.acked: dict[int, int] = {}  # value id -> offset, acks=all acknowledged
+        self.max_leader_epoch = 0
+        self.brokers = {b: Broker(b, self.root / f"broker-{b}") for b in BROKERS}
+        self.controller = QuorumController(
+            ControllerConfig(session_timeout_ms=SESSION_MS, default_replication_factor=3),
+            new_topic_id=lambda: TOPIC_ID,
+        )
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def run(self, decision: Decision) -> Any:
+        if not decision.records:
+            return decision.respond(None)
+        result = self.sm.append_batch(1, "c", next(self.seq), encode_batch(decision.records))
+        assert result.status == AppendStatus.OK, result
+        return decision.respond(result)
+
+    def append(self, records: list) -> None:
+        if records:
+            self.run(Decision(records, lambda _r: None))
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.sm.image
+
+    @property
+    def reg(self) -> PartitionRegistration:
+        t = self.image.topic_by_name(TOPIC)
+        assert t is not None
+        return t.partitions[0]
+
+    def register(self, b: Broker) -> bool:
+        """A (re)started broker registers; while its old incarnation's session lives the
+        controller refuses (DUPLICATE_BROKER_REGISTRATION) and it tries again later."""
+        req = BrokerRegistrationRequest(
+            b.id, f"inc-{b.id}-{b.incarnation}", [Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b.id)]
+        )
+        resp = self.run(self.controller.register_broker(self.image, req, self.now))
+        if resp.error_code == Errors.DUPLICATE_BROKER_REGISTRATION:
+            return False
+        assert resp.error_code == Errors.NONE, resp
+        b.broker_epoch = resp.broker_epoch
+        b.registered = True
+        return True
+
+    def heartbeat(self, b: Broker) -> None:
+        req = BrokerHeartbeatRequest(b.id, b.broker_epoch, b.metadata_offset)
+        self.run(self.controller.heartbeat(self.image, req, self.now))
+
+    def open_replica(self, b: Broker) -> None:
+        lg = Log(b.dir / f"{TOPIC}-0", LOG_CONFIG)
+        producers = ProducerStateManager()
+        producers.rebuild(log_headers(lg))
+        core: Partition[Any] = Partition(TOPIC, 0, TOPIC_ID, b.id)
+        core.high_watermark = min(b.checkpoint_hw, lg.log_end_offset)
+        b.h = HostedPartition(core, lg, producers)  # type: ignore[arg-type]
+        b.leader_hw = None
+
+    def send(self, msg: Message) -> None:
+        self.net.append(msg)
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    @initialize()
+    def start(self) -> None:
+        self.append([ControllerEpochRecord(1, 0)])
+        self.controller.activate(self.image, self.now)
+        for b in self.brokers.values():
+            self.register(b)
+        for b in self.brokers.values():
+            b.metadata_offset = self.sm.next_offset - 1
+            self.heartbeat(b)
+        req = CreateTopicsRequest(
+            [
+                CreatableTopic(
+                    TOPIC, assignments={0: list(BROKERS)}, configs={"min.insync.replicas": "2"}
+                )
+            ]
+        )
+        resp = self.run(self.controller.create_topics(self.image, req, self.now))
+        assert resp.topics[0].error_code == Errors.NONE, resp
+        for b in self.brokers.values():
+            self.open_replica(b)
+            self.sync(b)
+
+    def teardown(self) -> None:
+        try:
+            if getattr(self, "_healable", False):
+                self.heal_and_check()
+        finally:
+            for b in self.brokers.values():
+                if b.h is not None and b.up:
+                    b.h.log.close()
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- metadata ----------------------------------------------------------------------------
+
+    def sync(self, b: Broker) -> None:
+        """The broker applies the latest metadata (as ReplicaManager.apply_update)."""
+        h = b.h
+        assert h is not None
+        reg, core = self.reg, h.core
+        b.metadata_offset = self.sm.next_offset - 1
+        leads = reg.leader == b.id
+        if leads and (not core.is_leader or reg.leader_epoch != core.leader_epoch):
+            h.start_leader_epoch(reg.leader_epoch)
+        h.install(reg, self.now)
+
+    @rule(broker=st.sampled_from(BROKERS))
+    def sync_metadata(self, broker: int) -> None:
+        b = self.brokers[broker]
+        if b.active:
+            self.sync(b)
+
+    @rule(ms=st.sampled_from([100, 500, 2_000, 10_000]))
+    def tick(self, ms: int) -> None:
+        """Time passes: live brokers heartbeat, the controller fences expired sessions
+        and elects, leaders run their ISR shrink check."""
+        self.now += ms
+        for b in self.brokers.values():
+            if b.up and not b.paused and not b.registered and self.register(b):
+                self.sync(b)
+            if b.active:
+                self.heartbeat(b)
+        self.append(self.controller.tick(self.image, self.now))
+        for b in self.brokers.values():
+            if b.active and b.h is not None and b.h.core.is_leader:
+                alter = b.h.core.maybe_shrink_isr(b.h.log.log_end_offset, self.now, LAG_MS)
+                if alter is not None:
+                    self.send_alter(b, alter)
+
+    def send_alter(self, b: Broker, alter: AlterIsr) -> None:
+        assert b.h is not None
+        req = AlterPartitionRequest(
+            broker_id=b.id,
+            broker_epoch=b.broker_epoch,
+            topic_id=b.h.core.topic_id,
+            partition=0,
+            leader_epoch=alter.leader_epoch,
+            partition_epoch=alter.partition_epoch,
+            new_isr=list(alter.new_isr),
+        )
+        self.send(AlterReq(b.id, alter, req, b.incarnation))
+
+    # -- produce -----------------------------------------------------------------------------
+
+    @rule(
+        broker=st.sampled_from(BROKERS),
+        to_leader=st.booleans(),
+        acks=st.sampled_from([0, 1, -1, -1]),
+    )
+    def produce(self, broker: int, to_leader: bool, acks: int) -> None:
+        """To the controller's leader (a client with fresh metadata), or to any broker
+        that thinks it leads (a client with stale metadata, maybe a zombie leader)."""
+        b = self.brokers[self.reg.leader if to_leader and self.reg.leader > 0 else broker]
+        if not b.active or b.h is None or not b.h.core.is_leader:
+            return
+        vid = next(self.value_ids)
+        records = build_batch([Record(b"v", timestamp=vid)], now_ms=vid)
+        ack = Ack(self, vid, -1)
+        result, required = b.h.produce(records, acks, MIN_ISR, ack)  # type: ignore[arg-type]
+        if result.error_code == 0:
+            ack.offset = result.base_offset
+            if required is None and acks == -1:
+                self.on_ack(ack, 0)
+
+    def on_ack(self, ack: Ack, code: int) -> None:
+        event(f"acks=all answered {code}")
+        if code != 0:
+            return
+        assert ack.offset >= 0
+        copies = [
+            b.id
+            for b in self.brokers.values()
+            if b.h is not None
+            and any(
+                e[0] == ack.offset and e[2] == ack.value_id
+                for e in (entries(b.h.log) if b.up else b.last_entries)
+            )
+        ]
+        assert len(copies) >= MIN_ISR, f"acks=all for {ack.value_id} with copies on {copies}"
+        self.acked[ack.value_id] = ack.offset
+
+    # -- replication -------------------------------------------------------------------------
+
+    @rule(broker=st.sampled_from(BROKERS))
+    def send_fetch(self, broker: int) -> None:
+        b = self.brokers[broker]
+        if not b.active or b.h is None or b.h.core.is_leader or b.h.core.leader < 0:
+            return
+        self.send(FetchReq(b.id, b.h.core.leader, b.h.fetch_state(), b.incarnation))
+
+    def handle(self, msg: Message) -> None:
+        if isinstance(msg, AlterReq):
+            resp = self.run(self.controller.alter_partition(self.image, msg.req, self.now))
+            self.send(AlterResp(msg.src, msg.alter, resp, msg.src_incarnation))
+            return
+        b = self.brokers[msg.dst]
+        if not b.up or b.h is None or not b.registered:
+            return  # a broker opens its listener once registered and caught up
+        h, core = b.h, b.h.core
+        if isinstance(msg, FetchReq):
+            st_ = msg.sent
+            if not core.is_leader:
+                data = FollowerData(NOT_LEADER)
+            elif st_.leader_epoch < core.leader_epoch:
+                data = FollowerData(FENCED_LEADER_EPOCH)
+            elif st_.leader_epoch > core.leader_epoch:
+                data = FollowerData(UNKNOWN_LEADER_EPOCH)
+            else:
+                # Usability as the controller sees it now (the leader's own view may be
+                # later; the controller checks again when the proposal arrives).
+                result, expand = h.serve_follower_fetch(
+                    msg.src,
+                    st_.fetch_offset,
+                    st_.last_fetched_epoch,
+                    1 << 20,
+                    self.now,
+                    self.image.is_usable(msg.src),
+                )
+                recs = result.records
+                raw = recs.read() if recs is not None and hasattr(recs, "read") else recs
+                data = FollowerData(
+                    result.error_code,
+                    result.high_watermark,
+                    result.log_start_offset,
+                    bytes(raw) if raw else None,  # type: ignore[arg-type]
+                    result.diverging_epoch,
+                )
+                if expand is not None:
+                    self.send_alter(b, expand)
+            self.send(FetchResp(msg.src, msg.sent, data, msg.src_incarnation))
+        elif msg.dst_incarnation != b.incarnation:
+            return  # an answer to a process that is gone: its connection closed
+        elif isinstance(msg, FetchResp):
+            if not core.is_leader:
+                leo = h.log.log_end_offset
+                h.apply_leader_answer_now(msg.sent, msg.data)
+                if h.log.log_end_offset < leo:
+                    event("a follower truncated")
+        else:
+            resp = msg.resp
+            done = core.on_alter_isr_answer(
+                msg.alter,
+                resp.error_code,
+                resp.isr,
+                resp.leader_epoch,
+                resp.partition_epoch,
+                h.log.log_end_offset,
+            )
+            for token, code in done:
+                token.set_result(code)
+
+    @rule(broker=st.sampled_from(BROKERS))
+    def replicate(self, broker: int) -> None:
+        """A fetch round trip on a quiet network: the request and its answer at once."""
+        self.send_fetch(broker)
+        if self.net and isinstance(self.net[-1], FetchReq) and self.net[-1].src == broker:
+            self.handle(self.net.pop())
+            if self.net and isinstance(self.net[-1], FetchResp):
+                self.handle(self.net.pop())
+
+    @rule()
+    def settle(self) -> None:
+        """A calm moment on the network: everything in flight arrives in order (except
+        to paused brokers), then every follower makes two fetch round trips (the HW
+        moves on the second) and the ISR changes they cause reach the controller and
+        come back."""
+        self.deliver_all()
+        for b in self.brokers.values():
+            if b.active:
+                self.sync(b)
+        for _ in range(2):
+            for broker in BROKERS:
+                self.replicate(broker)
+        self.deliver_all()
+
+    def deliver_all(self) -> None:
+        held: list[Message] = []
+        while self.net:
+            msg = self.net.pop(0)
+            if not isinstance(msg, AlterReq) and self.brokers[msg.dst].paused:
+                held.append(msg)
+            else:
+                self.handle(msg)
+        self.net = held
+
+    @precondition(lambda self: self.net)
+    @rule(i=st.integers(0, 1 << 16))
+    def deliver(self, i: int) -> None:
+        msg = self.net.pop(i % len(self.net))
+        dst = msg.dst if not isinstance(msg, AlterReq) else None
+        if dst is not None and self.brokers[dst].paused:
+            self.net.append(msg)  # it waits in the socket buffer
+            return
+        self.handle(msg)
+
+    @precondition(lambda self: self.net)
+    @rule(i=st.integers(0, 1 << 16))
+    def drop(self, i: int) -> None:
+        self.lose(self.net.pop(i % len(self.net)))
+
+    def lose(self, msg: Message) -> None:
+        """A lost fetch is just lost. A lost AlterPartition request or answer is what the
+        broker's channel turns into an error after its retries and deadline: the leader
+        hears REQUEST_TIMED_OUT (whether or not the controller applied it)."""
+        if isinstance(msg, AlterReq):
+            msg = AlterResp(msg.src, msg.alter, AlterPartitionResponse(7), msg.src_incarnation)
+        if isinstance(msg, AlterResp) and msg.resp.error_code == Errors.NONE:
+            msg = AlterResp(msg.dst, msg.alter, AlterPartitionResponse(7), msg.dst_incarnation)
+        if isinstance(msg, AlterResp):
+            self.handle(msg)
+
+    @precondition(lambda self: self.net)
+    @rule(i=st.integers(0, 1 << 16))
+    def duplicate(self, i: int) -> None:
+        self.net.append(self.net[i % len(self.net)])
+
+    # -- faults ------------------------------------------------------------------------------
+
+    @rule(broker=st.sampled_from(BROKERS))
+    def flush(self, broker: int) -> None:
+        b = self.brokers[broker]
+        if b.up and b.h is not None:
+            b.h.log.flush()
+
+    @rule(broker=st.sampled_from(BROKERS))
+    def checkpoint_hw(self, broker: int) -> None:
+        b = self.brokers[broker]
+        if b.up and b.h is not None:
+            b.checkpoint_hw = b.h.core.high_watermark
+
+    @rule(broker=st.sampled_from(BROKERS), kind=st.sampled_from(["sigkill", "machine", "pause"]))
+    def fault(self, broker: int, kind: str) -> None:
+        if kind == "pause":
+            b = self.brokers[broker]
+            b.paused = b.up
+        else:
+            self.crash(broker, kind == "machine")
+
+    @rule(broker=st.sampled_from(BROKERS))
+    def recover(self, broker: int) -> None:
+        """SIGCONT a paused broker, or start a crashed one again."""
+        b = self.brokers[broker]
+        if b.paused:
+            b.paused = False
+        elif not b.up:
+            self.restart(broker)
+
+    def machine_crash_allowed(self, b: Broker) -> bool:
+        isr = self.reg.isr
+        return all(
+            o.active and o.intact and o.id in isr for o in self.brokers.values() if o is not b
+        )
+
+    def crash(self, broker: int, machine: bool) -> None:
+        b = self.brokers[broker]
+        if not b.up or b.h is None:
+            return
+        lg = b.h.log
+        if machine and self.machine_crash_allowed(b):
+            if lg.recovery_point < lg.log_end_offset:
+                event("a machine crash lost an unflushed tail")
+            lg.truncate_to(lg.recovery_point)  # everything not flushed is gone
+            b.intact = False
+            b.committed = []
+        b.last_entries = entries(lg)
+        lg.close()
+        b.up = b.paused = False
+        b.leader_hw = None
+
+    def restart(self, broker: int) -> None:
+        b = self.brokers[broker]
+        if b.up:
+            return
+        self.open_replica(b)
+        b.up, b.registered = True, False
+        b.incarnation += 1
+        # The controller takes it out of the ISR (unless it is the last member).
+        if self.register(b):
+            self.sync(b)
+
+    # -- invariants --------------------------------------------------------------------------
+
+    @invariant()
+    def replication_invariants(self) -> None:
+        if not hasattr(self, "controller") or self.image.topic_by_name(TOPIC) is None:
+            return
+        self._healable = True
+        reg = self.reg
+        assert reg.leader == -1 or reg.leader in reg.isr, reg
+        assert reg.isr and set(reg.isr) <= set(reg.replicas), reg
+        if reg.leader_epoch > self.max_leader_epoch:
+            event(f"leader epoch reached {min(reg.leader_epoch, 3)}")
+            self.max_leader_epoch = reg.leader_epoch
+        logs: dict[int, list[Entry]] = {}
+        hws: dict[int, int] = {}
+        for b in self.brokers.values():
+            if b.id not in reg.isr:
+                b.intact = True  # out of the ISR: what it lost no longer matters
+            if b.h is None:
+                continue
+            if not b.up:
+                logs[b.id] = b.last_entries
+                continue
+            es = entries(b.h.log)
+            logs[b.id] = es
+            core, leo = b.h.core, b.h.log.log_end_offset
+            hw = core.high_watermark
+            hws[b.id] = hw
+            assert hw <= leo, (b.id, hw, leo)
+            epochs = [e[1] for e in es]
+            assert epochs == sorted(epochs), (b.id, es)
+            assert not epochs or epochs[-1] <= self.max_leader_epoch, (b.id, es)
+            # Everything that was ever below its HW stays (its HW itself may go back
+            # after a restart: the checkpoint is older than the HW it had).
+            assert es[: len(b.committed)] == b.committed, (
+                f"broker {b.id} lost or changed records below its HW: {b.committed} -> {es}"
+            )
+            below = [e for e in es if e[0] < hw]
+            if len(below) > len(b.committed):
+                b.committed = below
+            if core.is_leader:
+                key = (b.incarnation, core.leader_epoch)
+                if b.leader_hw is not None and b.leader_hw[:2] == key:
+                    assert hw >= b.leader_hw[2], f"leader {b.id} HW went back"
+                b.leader_hw = (*key, hw)
+        for a, b2 in itertools.combinations(hws, 2):
+            bound = min(hws[a], hws[b2])
+            la = [e for e in logs[a] if e[0] < bound]
+            lb = [e for e in logs[b2] if e[0] < bound]
+            assert la == lb, f"logs of {a} and {b2} differ below {bound}: {la} vs {lb}"
+        leader = self.brokers.get(reg.leader)
+        if leader is None or not leader.up or leader.h is None:
+            return
+        lcore = leader.h.core
+        if not lcore.is_leader or lcore.leader_epoch != reg.leader_epoch:
+            return
+        committed = [e for e in logs[leader.id] if e[0] < lcore.high_watermark]
+        for r in reg.isr:
+            if self.brokers[r].intact and r in logs:
+                assert logs[r][: len(committed)] == committed, (
+                    f"ISR member {r} lacks committed records of leader {leader.id}"
+                )
+        have = {(e[0], e[2]) for e in logs[leader.id]}
+        lost = [(v, o) for v, o in self.acked.items() if (o, v) not in have]
+        assert not lost, f"leader {leader.id} lacks acknowledged records {lost}"
+
+    # -- the end: heal and converge ------------------------------------------------------------
+
+    def heal_and_check(self) -> None:
+        event(f"acknowledged before healing: {min(len(self.acked), 10)}")
+        event(f"ISR size before healing: {len(self.reg.isr)}")
+        event(f"produced: {min(next(self.value_ids) - 1, 10)}")
+        while self.net:
+            self.lose(self.net.pop())
+        for b in self.brokers.values():
+            b.paused = False
+            if not b.up:
+                self.restart(b.id)
+        for _ in range(60):
+            self.tick(1_000)
+            for b in self.brokers.values():
+                if b.active:
+                    self.sync(b)
+                    self.send_fetch(b.id)
+            while self.net:
+                self.handle(self.net.pop(0))
+            reg = self.reg
+            hs = [b.h for b in self.brokers.values() if b.h is not None]
+            leos = {h.log.log_end_offset for h in hs}
+            hws = {h.core.high_watermark for h in hs}
+            if reg.leader != -1 and len(reg.isr) == 3 and len(leos) == 1 and hws == leos:
+                break
+        else:
+            raise AssertionError(
+                f"no convergence: {self.reg} {[b.h for b in self.brokers.values()]}"
+            )
+        final = [entries(b.h.log) for b in self.brokers.values() if b.h is not None]
+        assert all(f == final[0] for f in final), final
+        for f in final:
+            ids = [e[2] for e in f]
+            assert len(ids) == len(set(ids)), f"a value twice: {f}"
+            have = {(e[0], e[2]) for e in f}
+            lost = [(v, o) for v, o in self.acked.items() if (o, v) not in have]
+            assert not lost, f"acknowledged records lost: {lost}"
+
+
+ReplicationModel.TestCase.settings = settings(
+    max_examples=int(os.environ.get("MODEL_EXAMPLES", "500")),
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+test_replication_model = ReplicationModel.TestCase
+
+
+class LongReplicationModel(ReplicationModel):
+    pass
+
+
+LongReplicationModel.TestCase.settings = settings(
+    max_examples=10_000,
+    stateful_step_count=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+test_replication_model_long = pytest.mark.slow(LongReplicationModel.TestCase)
+
+
+# -- failures the model found, frozen ------------------------------------------------------------
+
+
+def replay(*steps: tuple[str, tuple[Any, ...]]) -> ReplicationModel:
+    m = ReplicationModel()
+    m.start()
+    m.replication_invariants()
+    for name, args in steps:
+        getattr(m, name)(*args)
+        m.replication_invariants()
+    return m
+
+
+def test_a_leader_that_never_appended_in_its_epoch_drops_it_when_it_follows() -> None:
+    """Broker 2 led epoch 1 without appending, was killed, and came back as a follower
+    naming epoch 1 as its last fetched epoch: the leader answered "diverging at (0, 1)",
+    the truncation to 1 was a no-op at its LEO, and it kept the epoch 1 entry, so it
+    diverged forever and never rejoined the ISR. Kafka's truncateTo drops such an epoch
+    even when it truncates nothing; so does ours now."""
+    m = replay(
+        ("produce", (1, False, 0)),
+        ("settle", ()),
+        ("fault", (1, "sigkill")),
+        ("tick", (500,)),
+        ("tick", (500,)),
+        ("fault", (2, "sigkill")),
+    )
+    try:
+        m.heal_and_check()
+    finally:
+        m._healable = False
+        m.teardown()
+
+
+def test_a_registering_broker_does_not_hand_its_isr_place_to_dead_brokers() -> None:
+    """Broker 3 lost an acknowledged record in a machine crash; brokers 1 and 2 were then
+    killed. When all three came back, broker 1's registration moved the leadership to
+    brokers 2 and 3, whose sessions had expired but whom the controller had not fenced
+    yet; broker 2's registration then left broker 3, the one without the record, as the
+    only ISR member, and it led. Brokers with an expired session are unusable for
+    elections now, fenced or not."""
+    m = replay(
+        ("produce", (1, False, -1)),
+        ("settle", ()),
+        ("fault", (3, "machine")),
+        ("fault", (1, "sigkill")),
+        ("fault", (2, "sigkill")),
+    )
+    assert m.acked
+    try:
+        m.heal_and_check()
+    finally:
+        m._healable = False
+        m.teardown()
