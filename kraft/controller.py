@@ -98,6 +98,7 @@ class QuorumController:
         topics: Iterable[str] | None = None,
         newly_usable: frozenset[int] = frozenset(),
         now_ms: int | None = None,
+        restarted: frozenset[int] = frozenset(),
     ) -> list[Record]:
         """Partition changes so no unusable broker leads or sits in an ISR of size > 1,
         and offline partitions get a leader where one is eligible (`newly_usable`: brokers
@@ -120,7 +121,7 @@ class QuorumController:
             topic = image.topics[topic_id]
             unclean = self._unclean_allowed(image, topic.name)
             for p, reg in sorted(topic.partitions.items()):
-                change = elect(PartitionView.of(reg), usable, unclean)
+                change = elect(PartitionView.of(reg), usable, unclean, restarted)
                 if change is not None:
                     out.append(
                         PartitionChangeRecord(
@@ -163,7 +164,9 @@ class QuorumController:
             )
         ]
         if existing is not None:  # a restarted broker: it is fenced until caught up again
-            records += self._rebalance(image, {req.broker_id}, now_ms=now_ms)
+            records += self._rebalance(
+                image, {req.broker_id}, now_ms=now_ms, restarted=frozenset({req.broker_id})
+            )
         self._touch(req.broker_id, now_ms)
 
         def respond(result: AppendResult | None) -> BrokerRegistrationResponse:

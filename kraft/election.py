@@ -38,8 +38,17 @@ class PartitionChange:
     partition_epoch: int
 
 
-def elect(p: PartitionView, usable: set[int], unclean_allowed: bool) -> PartitionChange | None:
-    """The change needed for `p` given the usable brokers, or None when none is."""
+def elect(
+    p: PartitionView,
+    usable: set[int],
+    unclean_allowed: bool,
+    restarted: frozenset[int] = frozenset(),
+) -> PartitionChange | None:
+    """The change needed for `p` given the usable brokers, or None when none is.
+
+    `restarted`: brokers registering a new incarnation. Their logs may have lost an
+    unflushed tail, so when the partition goes offline another ISR member is the one
+    kept (the spirit of KIP-966: never trust an unclean restart over an intact copy)."""
     live_isr = tuple(r for r in p.isr if r in usable)
     if p.leader != NO_LEADER and p.leader in usable and p.leader in p.isr:
         leader, isr = p.leader, live_isr
@@ -51,7 +60,9 @@ def elect(p: PartitionView, usable: set[int], unclean_allowed: bool) -> Partitio
         isr = (leader,)
     else:
         leader = NO_LEADER
-        isr = (p.leader,) if p.leader in p.isr else p.isr[:1]
+        first = (p.leader,) if p.leader in p.isr else ()
+        kept = [r for r in first + p.isr if r not in restarted] or list(first + p.isr)
+        isr = (kept[0],)
     if leader == p.leader and isr == p.isr:
         return None
     return PartitionChange(

@@ -739,3 +739,24 @@ def test_a_registering_broker_does_not_hand_its_isr_place_to_dead_brokers() -> N
     finally:
         m._healable = False
         m.teardown()
+
+
+def test_a_restarted_broker_is_not_the_isr_member_kept_when_all_are_gone() -> None:
+    """Leader 1 lost an acknowledged record in a machine crash and restarted; a 10 s gap
+    without heartbeats expired everyone's session. Its registration took the partition
+    offline and kept broker 1 itself as the only ISR member, so it led again without
+    the record. Now the ISR member kept is one that did not restart."""
+    m = replay(
+        ("produce", (1, False, -1)),
+        ("settle", ()),
+        ("fault", (1, "machine")),
+        ("recover", (1,)),
+        ("tick", (10_000,)),
+        ("sync_metadata", (1,)),
+    )
+    assert m.acked
+    try:
+        m.heal_and_check()
+    finally:
+        m._healable = False
+        m.teardown()
