@@ -24,7 +24,11 @@ Kafka's rules (Partition.scala, KIP-497, KIP-841):
 - ISR expand: a follower whose LEO reached the HW and the start of our epoch, and whose
   broker is usable (registered, unfenced, not shutting down), joins.
 - One ISR change in flight at a time, through AlterPartition to the controller; the
-  answer (or a newer partition epoch from the metadata log) commits or drops it.
+  answer (or a newer partition epoch from the metadata log) commits or drops it. An
+  answer that leaves the outcome unknown (a timeout) keeps it pending and it is sent
+  again: an expansion the controller may have committed must keep counting in the HW,
+  or the HW could pass records the new ISR member lacks (the replication model found
+  this when an answer was lost).
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ UNKNOWN_OFFSET = -1
 
 NONE = 0
 NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+# AlterPartition answers that say the change was not applied (Kafka resets on these).
+NOT_APPLIED = frozenset({55, 107})  # OPERATION_NOT_ATTEMPTED, INELIGIBLE_REPLICA
+# Answers that say our state is stale: the metadata log is bringing a newer one.
+WAIT_FOR_METADATA = frozenset({3, 42, 74, 77, 108})
 
 T = TypeVar("T")
 
@@ -78,6 +86,7 @@ class Partition(Generic[T]):
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()  # committed: as in the metadata log
         self.pending_isr: AlterIsr | None = None  # sent to the controller, not answered
+        self._resend_pending = False  # its last send ended with an unknown outcome
         self.leader = NO_LEADER
         self.leader_epoch = -1
         self.partition_epoch = -1
@@ -300,6 +309,15 @@ class Partition(Generic[T]):
 
     def _propose(self, new_isr: tuple[int, ...]) -> AlterIsr:
         self.pending_isr = AlterIsr(new_isr, self.leader_epoch, self.partition_epoch)
+        self._resend_pending = False
+        return self.pending_isr
+
+    def alter_isr_to_resend(self) -> AlterIsr | None:
+        """The pending change, when its last send ended without a known outcome (run
+        with the shrink check)."""
+        if self.pending_isr is None or not self._resend_pending or not self.is_leader:
+            return None
+        self._resend_pending = False
         return self.pending_isr
 
     def on_alter_isr_answer(
@@ -311,21 +329,26 @@ class Partition(Generic[T]):
         partition_epoch: int,
         local_leo: int,
     ) -> list[tuple[T, int]]:
-        """The controller answered `sent`. Success commits the ISR it returns; an error
-        drops the proposal (the next fetch or shrink check proposes again, from the
-        state the metadata log brings). An answer to a proposal we already gave up
-        (a newer state arrived meanwhile) changes nothing."""
+        """The controller answered `sent`. Success commits the ISR it returns; an answer
+        saying it was not applied drops it; one saying our state is stale keeps it
+        pending until the metadata log brings the newer state (which ends it); any
+        other (a timeout: maybe applied, maybe not) keeps it pending and marks it to be
+        sent again. An answer to a proposal already ended changes nothing."""
         if self.pending_isr is not sent:
             return []
-        self.pending_isr = None
-        if (
-            error_code == NONE
-            and self.is_leader
-            and leader_epoch == self.leader_epoch
-            and partition_epoch > self.partition_epoch
-        ):
-            self.isr = tuple(isr)
-            self.partition_epoch = partition_epoch
+        if error_code == NONE:
+            self.pending_isr = None
+            if (
+                self.is_leader
+                and leader_epoch == self.leader_epoch
+                and partition_epoch > self.partition_epoch
+            ):
+                self.isr = tuple(isr)
+                self.partition_epoch = partition_epoch
+        elif error_code in NOT_APPLIED:
+            self.pending_isr = None
+        elif error_code not in WAIT_FOR_METADATA:
+            self._resend_pending = True
         # A dropped expansion no longer holds the HW back; a committed shrink neither.
         return self._maybe_advance_hw(local_leo)
 

@@ -453,6 +453,9 @@ class ReplicaManager:
             if alter is not None:
                 self._propose_isr(h, alter, "shrinking")
                 n += 1
+            elif (again := h.core.alter_isr_to_resend()) is not None:
+                self._propose_isr(h, again, "again: changing")
+                n += 1
         return n
 
     async def run_isr_expiration(self, stop: asyncio.Event) -> None:

@@ -116,19 +116,41 @@ def test_a_committed_shrink_lets_the_hw_move_and_completes_acks() -> None:
     assert p.high_watermark == 4
 
 
-def test_an_error_answer_drops_the_proposal_and_a_stale_answer_changes_nothing() -> None:
+def test_an_answer_saying_not_applied_drops_the_proposal() -> None:
+    p = leader(now=0)
+    alter = p.maybe_shrink_isr(0, LAG + 1, LAG)
+    assert alter is not None
+    p.on_alter_isr_answer(alter, 107, (), -1, -1, 0)  # INELIGIBLE_REPLICA
+    assert p.pending_isr is None and p.isr == (1, 2, 3)
+    assert p.maybe_shrink_isr(0, LAG + 2, LAG) is not None
+
+
+def test_a_stale_state_answer_keeps_the_proposal_until_the_metadata_log_ends_it() -> None:
     p = leader(now=0)
     alter = p.maybe_shrink_isr(0, LAG + 1, LAG)
     assert alter is not None
     p.on_alter_isr_answer(alter, 108, (), -1, -1, 0)  # INVALID_UPDATE_VERSION
-    assert p.pending_isr is None and p.isr == (1, 2, 3)
-    again = p.maybe_shrink_isr(0, LAG + 2, LAG)
-    assert again is not None
-    # The metadata log brings a newer state first: the answer to `again` is stale.
-    p.make_leader((1, 2, 3), (1, 2), 0, 1, 0, LAG + 3)
-    assert p.pending_isr is None
-    p.on_alter_isr_answer(again, 0, (1, 3), 0, 2, 0)
+    assert p.pending_isr is alter and p.alter_isr_to_resend() is None
+    p.make_leader((1, 2, 3), (1, 2), 0, 1, 0, LAG + 3)  # the newer state arrives
+    assert p.pending_isr is None and p.isr == (1, 2)
+    p.on_alter_isr_answer(alter, 0, (1, 3), 0, 2, 0)  # a late answer: ignored
     assert p.isr == (1, 2) and p.partition_epoch == 1
+
+
+def test_an_expansion_with_an_unknown_outcome_keeps_counting_in_the_hw() -> None:
+    """The controller may have committed it: until we know, the HW waits for the new
+    member (found by the replication model, an AlterPartition answer lost)."""
+    p = leader(isr=(1,), leo=0)
+    p.on_follower_fetch(2, 0, 0, 0)
+    alter = p.maybe_expand_isr(2, usable=True)
+    assert alter is not None
+    p.on_alter_isr_answer(alter, 7, (), -1, -1, 0)  # REQUEST_TIMED_OUT
+    assert p.maximal_isr == (1, 2)
+    p.on_leader_append(3)
+    assert p.high_watermark == 0  # broker 2 has not fetched past 0
+    assert p.alter_isr_to_resend() is alter and p.alter_isr_to_resend() is None
+    p.on_follower_fetch(2, 3, 3, 1)
+    assert p.high_watermark == 3
 
 
 def test_metadata_older_than_an_applied_answer_is_ignored() -> None:

@@ -16,10 +16,13 @@ a broker (a SIGKILL keeps what reached the page cache; a machine crash loses the
 unflushed tail) and restart it (it registers again; the controller takes it out of the
 ISR); no rule elects directly: the controller elects on fencing and registration.
 
-A machine crash may lose acknowledged records on that machine. Without KIP-966, Kafka
-only promises they survive on the other ISR members, so the model allows a machine
-crash only while the other two replicas are up, unpaused, in the ISR and intact: one
-machine at a time in an otherwise healthy partition. SIGKILLs and pauses are unlimited.
+A machine crash may lose acknowledged records on that machine. Without KIP-966's
+unclean-shutdown flag and unclean recovery, Kafka only promises they survive on the
+other ISR members, and only while the controller does not drop those members in favour
+of the crashed one. So the model allows a machine crash only while the other two
+replicas are up, unpaused, in the ISR and intact, and no other fault until the crashed
+replica has left the ISR: one machine at a time. Otherwise SIGKILLs and pauses are
+unlimited.
 
 Invariants after every step (shared/notes/reliability.md): HW <= LEO everywhere; the
 HW never decreases on a leader within its epoch; leader in the ISR, ISR a non-empty
@@ -295,15 +298,18 @@ class ReplicationModel(RuleBasedStateMachine):
         and elects, leaders run their ISR shrink check."""
         self.now += ms
         for b in self.brokers.values():
+            if b.active:
+                self.heartbeat(b)
+        for b in self.brokers.values():
             if b.up and not b.paused and not b.registered and self.register(b):
                 self.sync(b)
-            if b.active:
                 self.heartbeat(b)
         self.append(self.controller.tick(self.image, self.now))
         for b in self.brokers.values():
             if b.active and b.h is not None and b.h.core.is_leader:
-                alter = b.h.core.maybe_shrink_isr(b.h.log.log_end_offset, self.now, LAG_MS)
-                if alter is not None:
+                core = b.h.core
+                alter = core.maybe_shrink_isr(b.h.log.log_end_offset, self.now, LAG_MS)
+                if alter is not None or (alter := core.alter_isr_to_resend()) is not None:
                     self.send_alter(b, alter)
 
     def send_alter(self, b: Broker, alter: AlterIsr) -> None:
@@ -509,6 +515,8 @@ class ReplicationModel(RuleBasedStateMachine):
 
     @rule(broker=st.sampled_from(BROKERS), kind=st.sampled_from(["sigkill", "machine", "pause"]))
     def fault(self, broker: int, kind: str) -> None:
+        if any(not b.intact for b in self.brokers.values() if b.id != broker):
+            return  # one failure at a time while a machine crash's replica is in the ISR
         if kind == "pause":
             b = self.brokers[broker]
             b.paused = b.up
@@ -760,3 +768,20 @@ def test_a_restarted_broker_is_not_the_isr_member_kept_when_all_are_gone() -> No
     finally:
         m._healable = False
         m.teardown()
+
+
+def test_a_lost_answer_to_an_isr_expansion_keeps_the_hw_waiting_for_the_new_member() -> None:
+    """The controller committed ISR (1, 2) but its answer was lost; the leader dropped
+    the pending expansion, computed its HW over (1,) and committed a record broker 2,
+    an ISR member, did not have. Now a lost answer keeps the change pending (and sent
+    again) as in Kafka."""
+    replay(
+        ("tick", (10_000,)),
+        ("tick", (100,)),
+        ("deliver", (0,)),
+        ("deliver", (0,)),
+        ("replicate", (2,)),
+        ("deliver", (0,)),
+        ("drop", (0,)),
+        ("produce", (1, False, 0)),
+    ).teardown()
