@@ -364,6 +364,12 @@ class ReplicationModel(RuleBasedStateMachine):
         assert len(copies) >= MIN_ISR, f"acks=all for {ack.value_id} with copies on {copies}"
         self.acked[ack.value_id] = ack.offset
 
+    @rule(acks=st.sampled_from([1, -1]))
+    def produce_three(self, acks: int) -> None:
+        """Three produces to the leader the controller names, back to back."""
+        for _ in range(3):
+            self.produce(self.reg.leader if self.reg.leader > 0 else 1, True, acks)
+
     # -- replication -------------------------------------------------------------------------
 
     @rule(broker=st.sampled_from(BROKERS))
@@ -537,6 +543,11 @@ class ReplicationModel(RuleBasedStateMachine):
         return all(
             o.active and o.intact and o.id in isr for o in self.brokers.values() if o is not b
         )
+
+    @rule()
+    def recover_all(self) -> None:
+        for broker in BROKERS:
+            self.recover(broker)
 
     def crash(self, broker: int, machine: bool) -> None:
         b = self.brokers[broker]
