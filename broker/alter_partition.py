@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
+from broker.hosted import HostedPartition, finish_acks
 from broker.partition import AlterIsr
 from metadata_log.controller_api import AlterPartitionRequest, AlterPartitionResponse, Errors
 
@@ -66,6 +67,59 @@ class AlterPartitionManager:
                 resp.error_message or "",
             )
         on_answer(alter, resp)
+
+    def propose(
+        self, h: HostedPartition, alter: AlterIsr, what: str, still_hosted: Callable[[], bool]
+    ) -> None:
+        """Send a change the core decided; its answer goes back to the core (unless the
+        partition was deleted or recreated meanwhile: `still_hosted`)."""
+        log.info(
+            "%s ISR of %s from %s to %s (leader epoch %d, partition epoch %d)",
+            what,
+            h.name,
+            list(h.core.isr),
+            list(alter.new_isr),
+            alter.leader_epoch,
+            alter.partition_epoch,
+        )
+
+        def on_answer(sent: AlterIsr, resp: AlterPartitionResponse) -> None:
+            if not still_hosted():
+                return
+            done = h.core.on_alter_isr_answer(
+                sent,
+                resp.error_code,
+                resp.isr,
+                resp.leader_epoch,
+                resp.partition_epoch,
+                h.log.log_end_offset,
+            )
+            finish_acks(done)
+            h.wake()
+
+        self.submit(h.core.topic_id, h.core.partition, alter, on_answer)
+
+    def check_isrs(
+        self,
+        partitions: Iterable[HostedPartition],
+        now_ms: int,
+        lag_ms: int,
+        is_hosted: Callable[[HostedPartition], bool],
+    ) -> int:
+        """The periodic check on the partitions we lead: shrink the lagging followers
+        out, or send again a change whose outcome is unknown. How many were sent."""
+        n = 0
+        for h in partitions:
+            if h.transitioning or not h.core.is_leader:
+                continue
+            alter = h.core.maybe_shrink_isr(h.log.log_end_offset, now_ms, lag_ms)
+            what = "shrinking"
+            if alter is None:
+                alter, what = h.core.alter_isr_to_resend(), "again: changing"
+            if alter is not None:
+                self.propose(h, alter, what, lambda h=h: is_hosted(h))
+                n += 1
+        return n
 
     async def shutdown(self) -> None:
         tasks, self._tasks = list(self._tasks), set()

@@ -68,6 +68,10 @@ class HostedPartition:
     transitioning: bool = False
 
     @property
+    def tp(self) -> tuple[str, int]:
+        return self.core.topic, self.core.partition
+
+    @property
     def name(self) -> str:
         return f"{self.core.topic}-{self.core.partition}"
 

@@ -28,11 +28,10 @@ from broker.alter_partition import AlterPartitionManager
 from broker.config import BrokerConfig, describe_topic_configs
 from broker.controller_channel import MetadataUpdate
 from broker.fetcher import FetcherManager, FollowerData, FollowerFetchState
-from broker.hosted import HostedPartition, finish, finish_acks, log_headers
+from broker.hosted import HostedPartition, finish, log_headers
 from broker.partition import NO_LEADER, AlterIsr, Partition
 from broker.producer_state import ProducerStateManager
 from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
-from metadata_log.controller_api import AlterPartitionResponse
 from metadata_log.image import MetadataImage, PartitionRegistration
 from metadata_log.records import TOPIC_RESOURCE
 from storage.checkpoint import PARTITION_METADATA, CheckpointError, write_partition_metadata
@@ -411,52 +410,24 @@ class ReplicaManager:
 
     # -- ISR changes (AlterPartition) ---------------------------------------------------------
 
+    def _hosts(self, h: HostedPartition) -> bool:
+        return self._partitions.get(h.tp) is h
+
     def _propose_isr(self, h: HostedPartition, alter: AlterIsr, what: str) -> None:
         assert self.alter_partitions is not None
-        log.info(
-            "%s ISR of %s from %s to %s (leader epoch %d, partition epoch %d)",
-            what,
-            h.name,
-            list(h.core.isr),
-            list(alter.new_isr),
-            alter.leader_epoch,
-            alter.partition_epoch,
-        )
-
-        def on_answer(sent: AlterIsr, resp: AlterPartitionResponse) -> None:
-            tp = (h.core.topic, h.core.partition)
-            if self._partitions.get(tp) is not h:
-                return  # deleted or recreated meanwhile
-            done = h.core.on_alter_isr_answer(
-                sent,
-                resp.error_code,
-                resp.isr,
-                resp.leader_epoch,
-                resp.partition_epoch,
-                h.log.log_end_offset,
-            )
-            finish_acks(done)
-            h.wake()
-
-        self.alter_partitions.submit(h.core.topic_id, h.core.partition, alter, on_answer)
+        self.alter_partitions.propose(h, alter, what, lambda: self._hosts(h))
 
     def shrink_isrs(self) -> int:
-        """Propose dropping lagging followers from the ISRs we lead; how many proposals."""
+        """Propose dropping lagging followers from the ISRs we lead (and send again the
+        changes whose outcome is unknown); how many proposals."""
         if self.alter_partitions is None:
             return 0
-        now, lag = self._clock_ms(), self.config.replica_lag_time_max_ms
-        n = 0
-        for h in self._partitions.values():
-            if h.transitioning or not h.core.is_leader:
-                continue
-            alter = h.core.maybe_shrink_isr(h.log.log_end_offset, now, lag)
-            if alter is not None:
-                self._propose_isr(h, alter, "shrinking")
-                n += 1
-            elif (again := h.core.alter_isr_to_resend()) is not None:
-                self._propose_isr(h, again, "again: changing")
-                n += 1
-        return n
+        return self.alter_partitions.check_isrs(
+            list(self._partitions.values()),
+            self._clock_ms(),
+            self.config.replica_lag_time_max_ms,
+            self._hosts,
+        )
 
     async def run_isr_expiration(self, stop: asyncio.Event) -> None:
         """Kafka's isr-expiration task: a shrink check every replica.lag.time.max.ms / 2."""

@@ -193,6 +193,7 @@ _HELP = {
     "kraft_commit_latency_seconds": "latency of recent metadata commits",
     "kraft_fenced_brokers": "registered brokers that are fenced",
     "kraft_offline_partitions": "partitions without a leader",
+    "kraft_under_replicated_partitions": "partitions whose ISR is smaller than their replicas",
 }
 
 

@@ -333,6 +333,7 @@ class ControllerNode:
             "commit_latency_seconds": self.quorum.commit_latency_s,
             "fenced_brokers": float(sum(1 for b in image.brokers.values() if b.fenced)),
             "offline_partitions": float(image.offline_partitions()),
+            "under_replicated_partitions": float(image.under_replicated_partitions()),
             "append_retries_total": float(self.quorum.append_retries),
             "controller_activations_total": float(self.activations),
         }

@@ -78,3 +78,12 @@ class MetadataImage(msgspec.Struct, frozen=True):
 
     def offline_partitions(self) -> int:
         return sum(1 for t in self.topics.values() for p in t.partitions.values() if p.is_offline)
+
+    def under_replicated_partitions(self) -> int:
+        """Partitions whose ISR is smaller than their replica set."""
+        return sum(
+            1
+            for t in self.topics.values()
+            for p in t.partitions.values()
+            if len(p.isr) < len(p.replicas)
+        )

@@ -426,6 +426,8 @@ def test_acked_writes_survive_leader_kill_controller_kill_and_follower_pause(
     assert not fatal, f"expected no fatal producer errors, got {fatal}"
     assert w.acked, f"expected acknowledged writes, got none: {w.summary()}"
     wait_isr_full(cluster, topic, n_parts, ISR_RECOVER_S, "after the faults healed")
+    m = controller_metrics(cluster)
+    assert (m["kraft_under_replicated_partitions"], m["kraft_offline_partitions"]) == (0, 0), m
 
     recs = read_all(cluster.bootstrap, topic, n_parts)
     problems = check_history(w, recs)
@@ -436,6 +438,21 @@ def test_acked_writes_survive_leader_kill_controller_kill_and_follower_pause(
         + f"\nproducer: {w.summary()}; read {len(recs)} records\n{describe(cluster, topic)}"
         + f"\n{cluster.logs()}"
     )
+
+
+def controller_metrics(c: ProcCluster) -> dict[str, float]:
+    """The active controller's Prometheus gauges."""
+    import urllib.request
+
+    ctl = c.wait_active_controller(10)
+    with urllib.request.urlopen(ctl.url("/metrics"), timeout=5) as resp:
+        text = resp.read().decode()
+    return {
+        name: float(value)
+        for line in text.splitlines()
+        if line and not line.startswith("#") and "{" not in line
+        for name, value in [line.split()]
+    }
 
 
 def controllers_caught_up(c: ProcCluster) -> bool:
@@ -503,6 +520,9 @@ def test_acks_all_refused_with_two_of_three_replicas_down(cluster: ProcCluster) 
     except AssertionError as exc:
         raise AssertionError(
             f"{exc}\nseen {describe(cluster, topic)}\n{cluster.logs()}") from None
+
+    m = controller_metrics(cluster)
+    assert m["kraft_under_replicated_partitions"] >= 1, m
 
     # acks=all with ISR 1 < min.insync.replicas 2: refused. Transient leader errors (the
     # client's metadata may still name a dead leader) are retried with a fresh message.
