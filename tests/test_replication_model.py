@@ -38,23 +38,19 @@ acknowledged record present once on every replica.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
-from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
-from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from broker.fetcher import FollowerData, FollowerFetchState
+from broker.fetcher import FollowerData
 from broker.hosted import HostedPartition, log_headers
 from broker.partition import AlterIsr, Partition
 from broker.producer_state import ProducerStateManager
@@ -74,6 +70,18 @@ from metadata_log.records import ControllerEpochRecord, Endpoint, encode_batch
 from storage.config import LogConfig
 from storage.log import Log
 from storage.records import Record, build_batch
+from tests.replication_model_parts import (
+    Ack,
+    AlterReq,
+    AlterResp,
+    Broker,
+    Entry,
+    FetchReq,
+    FetchResp,
+    Message,
+    entries,
+    event,
+)
 
 TOPIC = "model"
 TOPIC_ID = "00000000-0000-0000-0000-000000000001"
@@ -83,90 +91,6 @@ SESSION_MS = 9_000
 LAG_MS = 10_000
 LOG_CONFIG = LogConfig(segment_bytes=300)  # a few batches per segment: truncations cross them
 FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, NOT_LEADER = 74, 75, 6
-
-Entry = tuple[int, int, int]  # (base offset, leader epoch, value id) of a one-record batch
-
-
-@dataclass(frozen=True)
-class FetchReq:
-    src: int
-    dst: int
-    sent: FollowerFetchState
-    src_incarnation: int
-
-
-@dataclass(frozen=True)
-class FetchResp:
-    dst: int
-    sent: FollowerFetchState
-    data: FollowerData
-    dst_incarnation: int
-
-
-@dataclass(frozen=True)
-class AlterReq:
-    src: int
-    alter: AlterIsr
-    req: AlterPartitionRequest
-    src_incarnation: int
-
-
-@dataclass(frozen=True)
-class AlterResp:
-    dst: int
-    alter: AlterIsr
-    resp: AlterPartitionResponse
-    dst_incarnation: int
-
-
-Message = FetchReq | FetchResp | AlterReq | AlterResp
-
-
-class Ack:
-    """A pending acks=all produce: the core completes it like the broker's future."""
-
-    def __init__(self, machine: ReplicationModel, value_id: int, offset: int) -> None:
-        self.machine, self.value_id, self.offset = machine, value_id, offset
-        self._done = False
-
-    def done(self) -> bool:
-        return self._done
-
-    def set_result(self, code: int) -> None:
-        self._done = True
-        self.machine.on_ack(self, code)
-
-
-@dataclass
-class Broker:
-    id: int
-    dir: Path
-    h: HostedPartition | None = None
-    up: bool = True
-    paused: bool = False
-    intact: bool = True  # False after a machine crash, until it leaves the ISR
-    incarnation: int = 1
-    registered: bool = False
-    broker_epoch: int = -1
-    metadata_offset: int = -1
-    checkpoint_hw: int = 0
-    committed: list[Entry] = field(default_factory=list)  # longest prefix seen below HW
-    last_entries: list[Entry] = field(default_factory=list)
-    leader_hw: tuple[int, int, int] | None = None  # (incarnation, epoch, HW) while leading
-
-    @property
-    def active(self) -> bool:
-        return self.up and not self.paused and self.h is not None and self.registered
-
-
-def event(what: str) -> None:
-    """A statistic for --hypothesis-show-statistics (ignored outside Hypothesis)."""
-    with contextlib.suppress(InvalidArgument):
-        hypothesis_event(what)
-
-
-def entries(lg: Log) -> list[Entry]:
-    return [(v.base_offset, v.partition_leader_epoch, v.max_timestamp) for v in log_headers(lg)]
 
 
 class ReplicationModel(RuleBasedStateMachine):
@@ -702,97 +626,3 @@ LongReplicationModel.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 test_replication_model_long = pytest.mark.slow(LongReplicationModel.TestCase)
-
-
-# -- failures the model found, frozen ------------------------------------------------------------
-
-
-def replay(*steps: tuple[str, tuple[Any, ...]]) -> ReplicationModel:
-    m = ReplicationModel()
-    m.start()
-    m.replication_invariants()
-    for name, args in steps:
-        getattr(m, name)(*args)
-        m.replication_invariants()
-    return m
-
-
-def test_a_leader_that_never_appended_in_its_epoch_drops_it_when_it_follows() -> None:
-    """Broker 2 led epoch 1 without appending, was killed, and came back as a follower
-    naming epoch 1 as its last fetched epoch: the leader answered "diverging at (0, 1)",
-    the truncation to 1 was a no-op at its LEO, and it kept the epoch 1 entry, so it
-    diverged forever and never rejoined the ISR. Kafka's truncateTo drops such an epoch
-    even when it truncates nothing; so does ours now."""
-    m = replay(
-        ("produce", (1, False, 0)),
-        ("settle", ()),
-        ("fault", (1, "sigkill")),
-        ("tick", (500,)),
-        ("tick", (500,)),
-        ("fault", (2, "sigkill")),
-    )
-    try:
-        m.heal_and_check()
-    finally:
-        m._healable = False
-        m.teardown()
-
-
-def test_a_registering_broker_does_not_hand_its_isr_place_to_dead_brokers() -> None:
-    """Broker 3 lost an acknowledged record in a machine crash; brokers 1 and 2 were then
-    killed. When all three came back, broker 1's registration moved the leadership to
-    brokers 2 and 3, whose sessions had expired but whom the controller had not fenced
-    yet; broker 2's registration then left broker 3, the one without the record, as the
-    only ISR member, and it led. Brokers with an expired session are unusable for
-    elections now, fenced or not."""
-    m = replay(
-        ("produce", (1, False, -1)),
-        ("settle", ()),
-        ("fault", (3, "machine")),
-        ("fault", (1, "sigkill")),
-        ("fault", (2, "sigkill")),
-    )
-    assert m.acked
-    try:
-        m.heal_and_check()
-    finally:
-        m._healable = False
-        m.teardown()
-
-
-def test_a_restarted_broker_is_not_the_isr_member_kept_when_all_are_gone() -> None:
-    """Leader 1 lost an acknowledged record in a machine crash and restarted; a 10 s gap
-    without heartbeats expired everyone's session. Its registration took the partition
-    offline and kept broker 1 itself as the only ISR member, so it led again without
-    the record. Now the ISR member kept is one that did not restart."""
-    m = replay(
-        ("produce", (1, False, -1)),
-        ("settle", ()),
-        ("fault", (1, "machine")),
-        ("recover", (1,)),
-        ("tick", (10_000,)),
-        ("sync_metadata", (1,)),
-    )
-    assert m.acked
-    try:
-        m.heal_and_check()
-    finally:
-        m._healable = False
-        m.teardown()
-
-
-def test_a_lost_answer_to_an_isr_expansion_keeps_the_hw_waiting_for_the_new_member() -> None:
-    """The controller committed ISR (1, 2) but its answer was lost; the leader dropped
-    the pending expansion, computed its HW over (1,) and committed a record broker 2,
-    an ISR member, did not have. Now a lost answer keeps the change pending (and sent
-    again) as in Kafka."""
-    replay(
-        ("tick", (10_000,)),
-        ("tick", (100,)),
-        ("deliver", (0,)),
-        ("deliver", (0,)),
-        ("replicate", (2,)),
-        ("deliver", (0,)),
-        ("drop", (0,)),
-        ("produce", (1, False, 0)),
-    ).teardown()

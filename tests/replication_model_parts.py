@@ -1,0 +1,105 @@
+"""The pieces of tests/test_replication_model.py that are not rules: the messages on
+its network, the acks=all token, a broker's state as the model sees it."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hypothesis import event as hypothesis_event
+from hypothesis.errors import InvalidArgument
+
+from broker.fetcher import FollowerData, FollowerFetchState
+from broker.hosted import HostedPartition, log_headers
+from broker.partition import AlterIsr
+from metadata_log.controller_api import AlterPartitionRequest, AlterPartitionResponse
+from storage.log import Log
+
+if TYPE_CHECKING:
+    from tests.test_replication_model import ReplicationModel
+
+Entry = tuple[int, int, int]  # (base offset, leader epoch, value id) of a one-record batch
+
+
+@dataclass(frozen=True)
+class FetchReq:
+    src: int
+    dst: int
+    sent: FollowerFetchState
+    src_incarnation: int
+
+
+@dataclass(frozen=True)
+class FetchResp:
+    dst: int
+    sent: FollowerFetchState
+    data: FollowerData
+    dst_incarnation: int
+
+
+@dataclass(frozen=True)
+class AlterReq:
+    src: int
+    alter: AlterIsr
+    req: AlterPartitionRequest
+    src_incarnation: int
+
+
+@dataclass(frozen=True)
+class AlterResp:
+    dst: int
+    alter: AlterIsr
+    resp: AlterPartitionResponse
+    dst_incarnation: int
+
+
+Message = FetchReq | FetchResp | AlterReq | AlterResp
+
+
+class Ack:
+    """A pending acks=all produce: the core completes it like the broker's future."""
+
+    def __init__(self, machine: ReplicationModel, value_id: int, offset: int) -> None:
+        self.machine, self.value_id, self.offset = machine, value_id, offset
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, code: int) -> None:
+        self._done = True
+        self.machine.on_ack(self, code)
+
+
+@dataclass
+class Broker:
+    id: int
+    dir: Path
+    h: HostedPartition | None = None
+    up: bool = True
+    paused: bool = False
+    intact: bool = True  # False after a machine crash, until it leaves the ISR
+    incarnation: int = 1
+    registered: bool = False
+    broker_epoch: int = -1
+    metadata_offset: int = -1
+    checkpoint_hw: int = 0
+    committed: list[Entry] = field(default_factory=list)  # longest prefix seen below HW
+    last_entries: list[Entry] = field(default_factory=list)
+    leader_hw: tuple[int, int, int] | None = None  # (incarnation, epoch, HW) while leading
+
+    @property
+    def active(self) -> bool:
+        return self.up and not self.paused and self.h is not None and self.registered
+
+
+def event(what: str) -> None:
+    """A statistic for --hypothesis-show-statistics (ignored outside Hypothesis)."""
+    with contextlib.suppress(InvalidArgument):
+        hypothesis_event(what)
+
+
+def entries(lg: Log) -> list[Entry]:
+    return [(v.base_offset, v.partition_leader_epoch, v.max_timestamp) for v in log_headers(lg)]
