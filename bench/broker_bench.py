@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import json
 import os
 import shutil
@@ -49,7 +48,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.storage_bench import filesystem_of, git, machine_info
+from bench.storage_bench import filesystem_of, write_results
 
 CLIENT = f"confluent-kafka {confluent_kafka.__version__} (librdkafka {libversion()[0]})"
 
@@ -426,34 +425,30 @@ def main(argv: list[str] | None = None) -> int:
     print_table(results)
     target = check_targets(results)
     elapsed = time.perf_counter() - started
-    doc = {
-        "benchmark": "broker",
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "git_commit": git("rev-parse", "HEAD"),
-        "uncommitted_changes": bool(git("status", "--porcelain", "--", "broker", "storage")),
-        "machine": machine_info(),
-        "settings": {
-            "messages": args.messages,
-            "message_bytes": sizes,
-            "partitions": PARTITIONS,
-            "key": None,
-            "compression": "none",
-            "client": f"{CLIENT}: one producer, then one consumer, in the bench process",
-            "producer": PRODUCER_CONFIG,
-            "consumer": {**CONSUMER_CONFIG, "assign": "all partitions from the beginning"},
-            "cluster": "kraft dev --base-port 0 (3 controllers)",
-            "units": "MB/s = 10^6 bytes of message value per second; CPU s/M = broker "
-            "utime+stime seconds per 10^6 messages, from /proc/<pid>/stat",
-            "clk_tck": CLK_TCK,
+    write_results(
+        args.out,
+        "broker",
+        ("broker", "storage"),
+        {
+            "settings": {
+                "messages": args.messages,
+                "message_bytes": sizes,
+                "partitions": PARTITIONS,
+                "key": None,
+                "compression": "none",
+                "client": f"{CLIENT}: one producer, then one consumer, in the bench process",
+                "producer": PRODUCER_CONFIG,
+                "consumer": {**CONSUMER_CONFIG, "assign": "all partitions from the beginning"},
+                "cluster": "kraft dev --base-port 0 (3 controllers)",
+                "units": "MB/s = 10^6 bytes of message value per second; CPU s/M = broker "
+                "utime+stime seconds per 10^6 messages, from /proc/<pid>/stat",
+                "clk_tck": CLK_TCK,
+            },
+            "target": target,
+            "results": results,
         },
-        "target": target,
-        "results": results,
-        "elapsed_s": round(elapsed, 1),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"wrote {args.out.relative_to(REPO) if args.out.is_relative_to(REPO) else args.out}")
-    print(f"elapsed {elapsed:.1f} s")
+        elapsed,
+    )
     return 0
 
 

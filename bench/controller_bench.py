@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
-import json
 import math
 import shutil
 import statistics
@@ -48,7 +46,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.storage_bench import filesystem_of, git, machine_info
+from bench.storage_bench import filesystem_of, write_results
 from kraft.launcher import (
     ControllerProcess,
     LauncherError,
@@ -359,35 +357,31 @@ def main(argv: list[str] | None = None) -> int:
 
     print_table(results)
     elapsed = time.perf_counter() - started
-    doc = {
-        "benchmark": "controller",
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "git_commit": git("rev-parse", "HEAD"),
-        "uncommitted_changes": bool(git("status", "--porcelain", "--", "kraft", "metadata_log")),
-        "machine": machine_info(),
-        "settings": {
-            "controllers": args.controllers,
-            "host": "127.0.0.1",
-            "write": WRITE_DESCRIPTION,
-            "clients": args.clients,
-            "duration_s": args.duration,
-            "warmup_s": args.warmup,
-            "latency_writes": args.latency_writes,
-            "latency_warmup_writes": LATENCY_WARMUP_WRITES,
-            "failovers": args.failovers,
-            "failover_retry_s": FAILOVER_RETRY_S,
-            "failover_request_timeout_s": FAILOVER_REQUEST_TIMEOUT_S,
-            "data_filesystem": filesystem,
-            "client": f"aiohttp {aiohttp.__version__}, in one process with the bench",
-            "percentiles": "nearest rank",
+    write_results(
+        args.out,
+        "controller",
+        ("kraft", "metadata_log"),
+        {
+            "settings": {
+                "controllers": args.controllers,
+                "host": "127.0.0.1",
+                "write": WRITE_DESCRIPTION,
+                "clients": args.clients,
+                "duration_s": args.duration,
+                "warmup_s": args.warmup,
+                "latency_writes": args.latency_writes,
+                "latency_warmup_writes": LATENCY_WARMUP_WRITES,
+                "failovers": args.failovers,
+                "failover_retry_s": FAILOVER_RETRY_S,
+                "failover_request_timeout_s": FAILOVER_REQUEST_TIMEOUT_S,
+                "data_filesystem": filesystem,
+                "client": f"aiohttp {aiohttp.__version__}, in one process with the bench",
+                "percentiles": "nearest rank",
+            },
+            "results": results,
         },
-        "results": results,
-        "elapsed_s": round(elapsed, 1),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"wrote {args.out.relative_to(REPO) if args.out.is_relative_to(REPO) else args.out}")
-    print(f"elapsed {elapsed:.1f} s")
+        elapsed,
+    )
     return 0
 
 

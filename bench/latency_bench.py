@@ -42,8 +42,6 @@ whether or not it is met. Writes bench/results/latency.json.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
 import shutil
 import struct
@@ -59,7 +57,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from bench.broker_bench import CLIENT, CLK_TCK, MB, BenchError, Cluster, run_phase
 from bench.controller_bench import latency_summary
-from bench.storage_bench import filesystem_of, git, machine_info
+from bench.storage_bench import filesystem_of, write_results
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "bench" / "results" / "latency.json"
@@ -389,39 +387,35 @@ def main(argv: list[str] | None = None) -> int:
     print_table(results)
     target = check_target(results)
     elapsed = time.perf_counter() - started
-    doc = {
-        "benchmark": "latency",
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "git_commit": git("rev-parse", "HEAD"),
-        "uncommitted_changes": bool(git("status", "--porcelain", "--", "broker", "storage")),
-        "machine": machine_info(),
-        "settings": {
-            "rates_mb_s": rates,
-            "seconds": args.seconds,
-            "warmup_s": args.warmup,
-            "message_bytes": args.size,
-            "partitions": args.partitions,
-            "replication_factor": RF,
-            "topic_min_insync_replicas": MIN_ISR,
-            "key": None,
-            "compression": "none",
-            "client": f"{CLIENT}: one producer (main thread), one consumer (a thread)",
-            "producer": producer_config(args.linger_ms),
-            "consumer": {**CONSUMER_CONFIG, "assign": "all partitions at the end offset"},
-            "pacing": "open loop: message i due at t0 + i*size/rate; latency from the due time",
-            "clock": "time.monotonic_ns (CLOCK_MONOTONIC)",
-            "cluster": "kraft dev --brokers 3 --base-port 0 (3 controllers)",
-            "units": "MB/s = 10^6 bytes of message value per second",
-            "percentiles": "nearest rank",
+    write_results(
+        args.out,
+        "latency",
+        ("broker", "storage", "kraft"),
+        {
+            "settings": {
+                "rates_mb_s": rates,
+                "seconds": args.seconds,
+                "warmup_s": args.warmup,
+                "message_bytes": args.size,
+                "partitions": args.partitions,
+                "replication_factor": RF,
+                "topic_min_insync_replicas": MIN_ISR,
+                "key": None,
+                "compression": "none",
+                "client": f"{CLIENT}: one producer (main thread), one consumer (a thread)",
+                "producer": producer_config(args.linger_ms),
+                "consumer": {**CONSUMER_CONFIG, "assign": "all partitions at the end offset"},
+                "pacing": "open loop: message i due at t0 + i*size/rate; latency from the due time",
+                "clock": "time.monotonic_ns (CLOCK_MONOTONIC)",
+                "cluster": "kraft dev --brokers 3 --base-port 0 (3 controllers)",
+                "units": "MB/s = 10^6 bytes of message value per second",
+                "percentiles": "nearest rank",
+            },
+            "target": target,
+            "results": results,
         },
-        "target": target,
-        "results": results,
-        "elapsed_s": round(elapsed, 1),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"wrote {args.out.relative_to(REPO) if args.out.is_relative_to(REPO) else args.out}")
-    print(f"elapsed {elapsed:.1f} s")
+        elapsed,
+    )
     return 0
 
 

@@ -385,6 +385,31 @@ def git(*args: str) -> str | None:
     return None
 
 
+def write_results(
+    out: Path,
+    benchmark: str,
+    code_dirs: tuple[str, ...],
+    body: dict,
+    elapsed_s: float,
+) -> None:
+    """Every bench's JSON: what ran where and when (date, commit, whether `code_dirs`
+    had uncommitted changes, the machine), then its own `body` (settings, target,
+    results), and the run time. Prints where it went."""
+    doc = {
+        "benchmark": benchmark,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "git_commit": git("rev-parse", "HEAD"),
+        "uncommitted_changes": bool(git("status", "--porcelain", "--", *code_dirs)),
+        "machine": machine_info(),
+        **body,
+        "elapsed_s": round(elapsed_s, 1),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
+    print(f"elapsed {elapsed_s:.1f} s")
+
+
 def print_table(results: list[dict]) -> None:
     head = (
         f"{'batch':>7} {'bytes/batch':>11} {'written':>9} | {'raw write':>9} {'Log append':>10} "
@@ -495,39 +520,35 @@ def main(argv: list[str] | None = None) -> int:
         )
     elapsed = time.perf_counter() - started
 
-    doc = {
-        "benchmark": "storage",
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "git_commit": git("rev-parse", "HEAD"),
-        "storage_uncommitted_changes": bool(git("status", "--porcelain", "--", "storage")),
-        "machine": machine_info(),
-        "settings": {
-            "rounds": args.rounds,
-            "fsync_in_timing": args.fsync,
-            "warmup": not args.no_warmup,
-            "read_max_bytes": READ_MAX_BYTES,
-            "reads": "page cache",
-            "record_value_bytes": RECORD_VALUE_BYTES,
-            "record_key_bytes": RECORD_KEY_BYTES,
-            "compression": "none",
-            "append": "Log.append_as_leader(bytes, leader_epoch=0)",
-            "scratch_filesystem": filesystem,
-            "log_config": dataclasses.asdict(config),
-            "units": "MB/s = 10^6 bytes per second; ratios are medians of per-round Log/raw",
-            "seed": args.seed,
+    write_results(
+        args.out,
+        "storage",
+        ("storage",),
+        {
+            "settings": {
+                "rounds": args.rounds,
+                "fsync_in_timing": args.fsync,
+                "warmup": not args.no_warmup,
+                "read_max_bytes": READ_MAX_BYTES,
+                "reads": "page cache",
+                "record_value_bytes": RECORD_VALUE_BYTES,
+                "record_key_bytes": RECORD_KEY_BYTES,
+                "compression": "none",
+                "append": "Log.append_as_leader(bytes, leader_epoch=0)",
+                "scratch_filesystem": filesystem,
+                "log_config": dataclasses.asdict(config),
+                "units": "MB/s = 10^6 bytes per second; ratios are medians of per-round Log/raw",
+                "seed": args.seed,
+            },
+            "target": {
+                "append_ratio_1mib": TARGET_APPEND_RATIO,
+                "measured": large["append_ratio"],
+                "met": met,
+            },
+            "results": results,
         },
-        "target": {
-            "append_ratio_1mib": TARGET_APPEND_RATIO,
-            "measured": large["append_ratio"],
-            "met": met,
-        },
-        "results": results,
-        "elapsed_s": round(elapsed, 1),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"wrote {args.out.relative_to(REPO) if args.out.is_relative_to(REPO) else args.out}")
-    print(f"elapsed {elapsed:.1f} s")
+        elapsed,
+    )
     if profile_text:
         print(profile_text)
     return 0
