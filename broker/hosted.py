@@ -37,6 +37,13 @@ def log_headers(lg: Log) -> Iterator[RecordBatchView]:
         yield from seg.iter_headers()
 
 
+def start_leader_epoch(lg: Log, leader_epoch: int) -> None:
+    """The file step of a new leadership: our epoch starts at our LEO, and followers'
+    divergence checks need it before our first append in it."""
+    if leader_epoch > lg.leader_epoch_cache.latest_epoch:
+        lg.leader_epoch_cache.assign(leader_epoch, lg.log_end_offset)
+
+
 def wake(waiters: set[asyncio.Future[None]]) -> None:
     for fut in waiters:
         if not fut.done():
@@ -81,11 +88,7 @@ class HostedPartition:
     # -- roles --------------------------------------------------------------------------------
 
     def start_leader_epoch(self, leader_epoch: int) -> None:
-        """The file step of a new leadership: our epoch starts at our LEO, and followers'
-        divergence checks need it before our first append in it."""
-        lg = self.log
-        if leader_epoch > lg.leader_epoch_cache.latest_epoch:
-            lg.leader_epoch_cache.assign(leader_epoch, lg.log_end_offset)
+        start_leader_epoch(self.log, leader_epoch)
 
     def install(self, reg: PartitionRegistration, now_ms: int) -> bool:
         """Take the role `reg` gives this broker (after `start_leader_epoch` when it

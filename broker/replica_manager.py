@@ -28,7 +28,7 @@ from broker.alter_partition import AlterPartitionManager
 from broker.config import BrokerConfig, describe_topic_configs
 from broker.controller_channel import MetadataUpdate
 from broker.fetcher import FetcherManager, FollowerData, FollowerFetchState
-from broker.hosted import HostedPartition, finish, log_headers
+from broker.hosted import HostedPartition, finish, log_headers, start_leader_epoch
 from broker.partition import NO_LEADER, AlterIsr, Partition
 from broker.producer_state import ProducerStateManager
 from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
@@ -50,7 +50,6 @@ OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
 NOT_LEADER_OR_FOLLOWER = 6
 REQUEST_TIMED_OUT = 7
-NOT_ENOUGH_REPLICAS = 19
 INVALID_REQUIRED_ACKS = 21
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
@@ -191,9 +190,8 @@ class ReplicaManager:
                     pl.log, pl.producers = lg, producers
                 lg = pl.log if pl.hosted is None else pl.hosted.log
                 assert lg is not None
-                if pl.leader and pl.reg.leader_epoch > lg.leader_epoch_cache.latest_epoch:
-                    # HostedPartition.start_leader_epoch, for a partition not hosted yet.
-                    lg.leader_epoch_cache.assign(pl.reg.leader_epoch, lg.log_end_offset)
+                if pl.leader:
+                    start_leader_epoch(lg, pl.reg.leader_epoch)
             except (OSError, ValueError, RuntimeError) as exc:  # a bad disk, a bad log dir
                 failed += 1
                 log.error("preparing replica %s-%d failed: %r", *pl.tp, exc)
