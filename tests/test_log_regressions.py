@@ -213,3 +213,16 @@ def test_truncating_at_the_leo_drops_an_epoch_started_there(tmp_path: Path) -> N
     assert log.latest_epoch == 0
     log.close()
     assert Log(tmp_path / "t-0").latest_epoch == 0
+
+
+def test_truncating_an_emptied_log_at_its_leo_keeps_its_epoch(tmp_path: Path) -> None:
+    """All records deleted (start == LEO == 7): the epoch entry moved to 7 stands for
+    the deleted records and stays when a truncation to the LEO comes (found by
+    tests/test_log_stateful.py after the change above)."""
+    log = Log(tmp_path / "t-0")
+    log.append_as_leader(batch(b"a", n=2), 0)
+    log.append_as_leader(batch(b"b", n=5), 0)
+    log.delete_records_before(7)
+    epochs = log.leader_epoch_cache.entries
+    assert log.truncate_to(7) is False
+    assert log.leader_epoch_cache.entries == epochs and log.latest_epoch == 0
