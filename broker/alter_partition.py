@@ -24,6 +24,21 @@ Send = Callable[[AlterPartitionRequest], Awaitable[AlterPartitionResponse]]
 OnAnswer = Callable[[AlterIsr, AlterPartitionResponse], None]
 
 
+def alter_partition_request(
+    broker_id: int, broker_epoch: int, topic_id: str, partition: int, alter: AlterIsr
+) -> AlterPartitionRequest:
+    return AlterPartitionRequest(
+        broker_id=broker_id,
+        broker_epoch=broker_epoch,
+        topic_id=topic_id,
+        partition=partition,
+        leader_epoch=alter.leader_epoch,
+        partition_epoch=alter.partition_epoch,
+        new_isr=list(alter.new_isr),
+        new_isr_broker_epochs=list(alter.broker_epochs),
+    )
+
+
 class AlterPartitionManager:
     def __init__(self, broker_id: int, send: Send, broker_epoch: Callable[[], int]) -> None:
         self.broker_id = broker_id
@@ -34,14 +49,8 @@ class AlterPartitionManager:
         self.failed = 0
 
     def submit(self, topic_id: str, partition: int, alter: AlterIsr, on_answer: OnAnswer) -> None:
-        req = AlterPartitionRequest(
-            broker_id=self.broker_id,
-            broker_epoch=self._broker_epoch(),
-            topic_id=topic_id,
-            partition=partition,
-            leader_epoch=alter.leader_epoch,
-            partition_epoch=alter.partition_epoch,
-            new_isr=list(alter.new_isr),
+        req = alter_partition_request(
+            self.broker_id, self._broker_epoch(), topic_id, partition, alter
         )
         task = asyncio.create_task(self._run(req, alter, on_answer), name="alter-partition")
         self._tasks.add(task)

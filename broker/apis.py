@@ -46,10 +46,11 @@ log = logging.getLogger(__name__)
 # The versions we implement, advertised exactly. Floors follow Kafka 4.x (which dropped
 # the pre-2.1 versions, KIP-896) and what kio has; ceilings are where our handlers stop
 # and where today's clients (confluent-kafka 2.x, kafka-python 3.x, aiokafka 0.14, kcat)
-# are served. Fetch stops at 13: v15+ moves replica_id into a tagged ReplicaState.
+# are served. Fetch stops at 15 (v15: replica id and broker epoch in a tagged
+# ReplicaState, KIP-903; v16 adds node endpoints to NOT_LEADER answers, KIP-951).
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     0: (3, 9),  # Produce
-    1: (4, 13),  # Fetch
+    1: (4, 15),  # Fetch
     2: (1, 7),  # ListOffsets
     3: (0, 12),  # Metadata
     18: (0, 4),  # ApiVersions

@@ -152,7 +152,10 @@ async def handle_fetch(apis: KafkaApis, header: RequestHeader, body: Any) -> Res
     if max_bytes < 0:
         return fetch_error(header, body, INVALID_REQUEST)
     max_wait_ms = to_ms(body.max_wait)
-    replica_id = getattr(body, "replica_id", -1)
+    if version >= 15:
+        replica_id, replica_epoch = body.replica_state.replica_id, body.replica_state.replica_epoch
+    else:
+        replica_id, replica_epoch = getattr(body, "replica_id", -1), -1
     isolation = getattr(body, "isolation_level", 0)
     image = rt.image()
     plan: FetchPlan = []
@@ -183,6 +186,7 @@ async def handle_fetch(apis: KafkaApis, header: RequestHeader, body: Any) -> Res
                     p.partition_max_bytes,
                     getattr(p, "current_leader_epoch", -1),
                     getattr(p, "last_fetched_epoch", -1),
+                    replica_epoch,
                 )
                 items.append((p.partition, fp))
                 reads.append(fp)

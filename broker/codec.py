@@ -273,8 +273,8 @@ def encode_fetch_response(
     read_committed: bool = False,
     throttle_ms: int = 0,
 ) -> ResponseParts:
-    """FetchResponse v4-v13 as framed buffers (measured: 3.9 us for one partition, 16 us
-    for 12).
+    """FetchResponse v4-v15 (v13 to v15 are the same on the wire) as framed buffers
+    (measured: 3.9 us for one partition, 16 us for 12).
 
     Records are never copied here: a FileSlice goes into the list as it is, for the
     network layer to send with sendfile or one pread. Topics are names below v13 and

@@ -1,10 +1,11 @@
 """Follower fetchers: pull replication from partition leaders over the Kafka protocol.
 
 One fetcher task per source broker (as Kafka's ReplicaFetcherThread), one connection,
-one Fetch v12 request at a time for all the partitions it follows there, carrying our
-replica id, the current leader epoch and the last fetched epoch (KIP-320) so the
-leader can tell us where our log diverges. Only I/O lives here: what an answer means
-for a partition (append, truncate, HW) is the replica manager's
+one Fetch v15 request at a time for all the partitions it follows there, carrying our
+replica id and broker epoch (KIP-903: the leader refuses fetches of a dead incarnation
+and never adds it to the ISR), the current leader epoch and the last fetched epoch
+(KIP-320) so the leader can tell us where our log diverges. Only I/O lives here: what
+an answer means for a partition (append, truncate, HW) is the replica manager's
 `process_follower_data`. Requests are encoded and answers decoded with kio.
 
 Removing a partition waits for the answer being applied (if any) to finish, so the
@@ -20,15 +21,16 @@ import io
 import itertools
 import logging
 import struct
-from collections.abc import Iterable
+import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-from kio.schema.fetch.v12.response import FetchResponse
+from kio.schema.fetch.v15.request import FetchPartition, FetchRequest, FetchTopic, ReplicaState
+from kio.schema.fetch.v15.response import FetchResponse
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.response_header.v1.header import ResponseHeader
-from kio.schema.types import BrokerId, TopicName
+from kio.schema.types import BrokerId
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32, i64
 
@@ -36,7 +38,7 @@ log = logging.getLogger("broker.fetcher")
 
 TP = tuple[str, int]
 FETCH_API_KEY = 1
-FETCH_VERSION = 12  # topic names, last fetched epoch, diverging epoch, flexible
+FETCH_VERSION = 15  # topic ids, last fetched epoch, diverging epoch, broker epoch (KIP-903)
 _SIZE = struct.Struct(">i")
 
 _write_header = entity_writer(RequestHeader)
@@ -53,6 +55,7 @@ class FollowerFetchState:
     fetch_offset: int  # our LEO
     last_fetched_epoch: int  # epoch of our last batch (-1: none)
     log_start_offset: int
+    topic_id: str = ""  # the topic's UUID (Fetch v13+ names topics by id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +91,13 @@ def encode_fetch(
     correlation_id: int,
     client_id: str,
     replica_id: int,
+    broker_epoch: int,
     cfg: FetcherConfig,
     partitions: dict[TP, FollowerFetchState],
 ) -> bytes:
-    by_topic: dict[str, list[FetchPartition]] = {}
-    for (topic, p), st in partitions.items():
-        by_topic.setdefault(topic, []).append(
+    by_topic: dict[uuid.UUID, list[FetchPartition]] = {}
+    for (_topic, p), st in partitions.items():
+        by_topic.setdefault(uuid.UUID(st.topic_id), []).append(
             FetchPartition(
                 partition=i32(p),
                 current_leader_epoch=i32(st.leader_epoch),
@@ -104,13 +108,13 @@ def encode_fetch(
             )
         )
     req = FetchRequest(
-        replica_id=BrokerId(replica_id),
+        replica_state=ReplicaState(
+            replica_id=BrokerId(replica_id), replica_epoch=i64(broker_epoch)
+        ),
         max_wait=datetime.timedelta(milliseconds=cfg.max_wait_ms),
         min_bytes=i32(cfg.min_bytes),
         max_bytes=i32(cfg.max_bytes),
-        topics=tuple(
-            FetchTopic(topic=TopicName(t), partitions=tuple(ps)) for t, ps in by_topic.items()
-        ),
+        topics=tuple(FetchTopic(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
         forgotten_topics_data=(),
     )
     buf = io.BytesIO()
@@ -130,15 +134,21 @@ def encode_fetch(
     return bytes(out)
 
 
-def decode_fetch(frame: bytes) -> tuple[int, int, dict[TP, FollowerData]]:
-    """(correlation id, top-level error code, answers by partition)."""
+def decode_fetch(
+    frame: bytes, names: dict[uuid.UUID | None, str]
+) -> tuple[int, int, dict[TP, FollowerData]]:
+    """(correlation id, top-level error code, answers by partition); `names`: topic
+    names by the ids the request used (an id we did not ask for is ignored)."""
     header, n = _read_header(frame, 0)
     resp, _ = _read_response(frame, n)
     out: dict[TP, FollowerData] = {}
     for t in resp.responses:
+        name = names.get(t.topic_id)
+        if name is None:
+            continue
         for p in t.partitions:
             d = p.diverging_epoch
-            out[(str(t.topic), int(p.partition_index))] = FollowerData(
+            out[(name, int(p.partition_index))] = FollowerData(
                 int(p.error_code),
                 int(p.high_watermark),
                 int(p.log_start_offset),
@@ -152,9 +162,15 @@ class LeaderFetcher:
     """Fetches every partition we follow on one source broker."""
 
     def __init__(
-        self, broker_id: int, source_id: int, target: ReplicaTarget, cfg: FetcherConfig
+        self,
+        broker_id: int,
+        source_id: int,
+        target: ReplicaTarget,
+        cfg: FetcherConfig,
+        broker_epoch: Callable[[], int],
     ) -> None:
         self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
         self.source_id = source_id
         self.target = target
         self.cfg = cfg
@@ -250,7 +266,12 @@ class LeaderFetcher:
         assert self._reader is not None and self._writer is not None
         cid = next(self._correlation) & 0x7FFFFFFF
         frame = encode_fetch(
-            cid, f"broker-{self.broker_id}-fetcher", self.broker_id, self.cfg, ready
+            cid,
+            f"broker-{self.broker_id}-fetcher",
+            self.broker_id,
+            self.broker_epoch(),
+            self.cfg,
+            ready,
         )
         self._writer.write(frame)
         await self._writer.drain()
@@ -259,7 +280,9 @@ class LeaderFetcher:
             if size < 0 or size > 2 * self.cfg.max_bytes + (1 << 20):
                 raise ConnectionError(f"broker {self.source_id} sent a {size}-byte frame")
             body = await self._reader.readexactly(size)
-        got, error, answers = decode_fetch(body)
+        got, error, answers = decode_fetch(
+            body, {uuid.UUID(st.topic_id): tp[0] for tp, st in ready.items()}
+        )
         if got != cid:
             raise ConnectionError(f"correlation id {got} does not match {cid}")
         if error:
@@ -271,9 +294,15 @@ class LeaderFetcher:
 class FetcherManager:
     """Fetchers by source broker; partitions move between them as leaders change."""
 
-    def __init__(self, broker_id: int, cfg: FetcherConfig | None = None) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        cfg: FetcherConfig | None = None,
+        broker_epoch: Callable[[], int] = lambda: -1,
+    ) -> None:
         self.broker_id = broker_id
         self.cfg = cfg or FetcherConfig()
+        self.broker_epoch = broker_epoch  # named in each fetch (KIP-903)
         self.target: ReplicaTarget | None = None
         self._fetchers: dict[int, LeaderFetcher] = {}
         self._source_of: dict[TP, int] = {}
@@ -294,7 +323,9 @@ class FetcherManager:
         for source, tps in by_source.items():
             fetcher = self._fetchers.get(source)
             if fetcher is None:
-                fetcher = LeaderFetcher(self.broker_id, source, self.target, self.cfg)
+                fetcher = LeaderFetcher(
+                    self.broker_id, source, self.target, self.cfg, self.broker_epoch
+                )
                 self._fetchers[source] = fetcher
                 fetcher.start()
             fetcher.add(tps)

@@ -179,14 +179,17 @@ class HostedPartition:
         last_fetched_epoch: int,
         max_bytes: int,
         now_ms: int,
-        usable: bool,
+        registered_epoch: int | None,
+        broker_epoch: int = -1,
     ) -> tuple[FetchResult, AlterIsr | None]:
         """A follower's fetch, on the leader: the divergence check (KIP-320), then its
         position (HW, ISR lag), then our log up to the LEO. Also returns the ISR
-        expansion to propose when this fetch made the follower eligible (`usable`: its
-        broker is registered, unfenced and not shutting down)."""
+        expansion to propose when this fetch made the follower eligible
+        (`registered_epoch`: the follower's broker epoch in the metadata image, None
+        when it is fenced or shutting down; `broker_epoch`: the one its fetch named,
+        KIP-903, -1 for none)."""
         core, lg = self.core, self.log
-        if replica_id not in core.replicas:
+        if replica_id not in core.replicas or core.is_stale_fetch(replica_id, broker_epoch):
             return FetchResult(NOT_LEADER_OR_FOLLOWER), None
         hw = core.high_watermark
         diverging = self.diverging(fetch_offset, last_fetched_epoch)
@@ -194,10 +197,11 @@ class HostedPartition:
             return FetchResult(NONE, hw, hw, lg.log_start_offset, diverging_epoch=diverging), None
         expand = None
         if lg.log_start_offset <= fetch_offset <= lg.log_end_offset:
-            finish_acks(core.on_follower_fetch(replica_id, fetch_offset, lg.log_end_offset, now_ms))
+            leo = lg.log_end_offset
+            finish_acks(core.on_follower_fetch(replica_id, fetch_offset, leo, now_ms, broker_epoch))
             if core.high_watermark != hw:
                 self.wake()
-            expand = core.maybe_expand_isr(replica_id, usable)
+            expand = core.maybe_expand_isr(replica_id, registered_epoch)
         try:
             data = lg.read(fetch_offset, max(0, max_bytes))
         except OffsetOutOfRangeError:
@@ -228,7 +232,11 @@ class HostedPartition:
     def fetch_state(self) -> FollowerFetchState:
         lg = self.log
         return FollowerFetchState(
-            self.core.leader_epoch, lg.log_end_offset, lg.latest_epoch, lg.log_start_offset
+            self.core.leader_epoch,
+            lg.log_end_offset,
+            lg.latest_epoch,
+            lg.log_start_offset,
+            self.core.topic_id,
         )
 
     async def apply_leader_answer(self, sent: FollowerFetchState, data: FollowerData) -> int:

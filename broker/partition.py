@@ -23,6 +23,12 @@ Kafka's rules (Partition.scala, KIP-497, KIP-841):
   at its previous fetch, so a steady stream of produces does not count as lag).
 - ISR expand: a follower whose LEO reached the HW and the start of our epoch, and whose
   broker is usable (registered, unfenced, not shutting down), joins.
+- KIP-903: a follower's fetch names its broker epoch. A fetch with an older one than the
+  last we saw comes from a dead incarnation and is refused; a follower joins the ISR
+  only if it fetched with the broker epoch now registered (or sent none), and the
+  AlterPartition carries those epochs so the controller checks again. Without this, a
+  fetch a machine sent before it crashed and lost its unflushed tail could bring the
+  restarted, empty broker back into the ISR on the strength of records it no longer has.
 - One ISR change in flight at a time, through AlterPartition to the controller; the
   answer (or a newer partition epoch from the metadata log) commits or drops it. An
   answer that leaves the outcome unknown (a timeout) keeps it pending and it is sent
@@ -36,7 +42,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 NO_LEADER = -1
@@ -60,6 +66,7 @@ class ReplicaState:
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1  # last time it was caught up with our LEO (ISR shrink)
     last_fetch_leader_leo: int = UNKNOWN_OFFSET  # our LEO at its last fetch
+    broker_epoch: int = -1  # the broker epoch its last fetch named (-1: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +76,8 @@ class AlterIsr:
     new_isr: tuple[int, ...]
     leader_epoch: int
     partition_epoch: int  # the partition epoch it is based on
+    # What each new_isr member fetched with (KIP-903); not part of the change's identity.
+    broker_epochs: tuple[int, ...] = field(default=(), compare=False)
 
 
 class Partition(Generic[T]):
@@ -192,14 +201,26 @@ class Partition(Generic[T]):
         """Our LEO moved: with an ISR of one, so does the HW."""
         return self._maybe_advance_hw(local_leo)
 
+    def is_stale_fetch(self, replica_id: int, broker_epoch: int) -> bool:
+        """A fetch from an incarnation older than one we already heard from (KIP-903)."""
+        state = self._remote.get(replica_id)
+        return state is not None and -1 < broker_epoch < state.broker_epoch
+
     def on_follower_fetch(
-        self, replica_id: int, fetch_offset: int, local_leo: int, now_ms: int
+        self,
+        replica_id: int,
+        fetch_offset: int,
+        local_leo: int,
+        now_ms: int,
+        broker_epoch: int = -1,
     ) -> list[tuple[T, int]]:
         """A follower fetched at `fetch_offset` (so it holds every offset below it) in our
-        current epoch, past the divergence check. Returns produces now complete."""
+        current epoch, past the divergence check and `is_stale_fetch`. Returns produces
+        now complete."""
         state = self._remote.get(replica_id)
         if not self.is_leader or state is None:
             return []
+        state.broker_epoch = broker_epoch
         leo = min(fetch_offset, local_leo)
         if leo >= local_leo:
             state.last_caught_up_ms = max(state.last_caught_up_ms, now_ms)
@@ -290,16 +311,18 @@ class Partition(Generic[T]):
             return None
         return self._propose(tuple(r for r in self.isr if r not in out))
 
-    def maybe_expand_isr(self, replica_id: int, usable: bool) -> AlterIsr | None:
+    def maybe_expand_isr(self, replica_id: int, registered_epoch: int | None) -> AlterIsr | None:
         """After a follower's fetch: propose adding it once it reached our HW and the
-        start of our epoch (it then holds every committed record) and its broker is
-        `usable` in the metadata image."""
+        start of our epoch (it then holds every committed record), its broker is usable
+        in the metadata image (`registered_epoch`: its broker epoch there, None when it
+        is fenced, shutting down or unknown) and it fetched as that incarnation."""
         if not self.is_leader or self.pending_isr is not None or replica_id in self.isr:
             return None
         state = self._remote.get(replica_id)
         if (
-            not usable
+            registered_epoch is None
             or state is None
+            or state.broker_epoch not in (-1, registered_epoch)
             or state.leo == UNKNOWN_OFFSET
             or state.leo < self.high_watermark
             or state.leo < self.leader_epoch_start_offset
@@ -308,7 +331,10 @@ class Partition(Generic[T]):
         return self._propose((*self.isr, replica_id))
 
     def _propose(self, new_isr: tuple[int, ...]) -> AlterIsr:
-        self.pending_isr = AlterIsr(new_isr, self.leader_epoch, self.partition_epoch)
+        epochs = tuple(
+            s.broker_epoch if (s := self._remote.get(r)) is not None else -1 for r in new_isr
+        )
+        self.pending_isr = AlterIsr(new_isr, self.leader_epoch, self.partition_epoch, epochs)
         self._resend_pending = False
         return self.pending_isr
 

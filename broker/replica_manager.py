@@ -349,7 +349,8 @@ class ReplicaManager:
                 p.last_fetched_epoch,
                 p.max_bytes,
                 self._clock_ms(),
-                self.alter_partitions is not None and self._image.is_usable(replica_id),
+                self._image.usable_broker_epoch(replica_id) if self.alter_partitions else None,
+                p.replica_epoch,
             )
             if expand is not None:
                 self._propose_isr(h, expand, "expanding")

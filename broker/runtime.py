@@ -57,6 +57,7 @@ class FetchPartition:
     max_bytes: int
     current_leader_epoch: int = -1  # -1: not checked
     last_fetched_epoch: int = -1  # followers (Fetch v12+): for divergence checks
+    replica_epoch: int = -1  # followers (Fetch v15+): their broker epoch, KIP-903
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,7 @@ class BrokerServer:
                 backoff_ms=config.replica_fetch_backoff_ms,
                 socket_timeout_ms=config.replica_socket_timeout_ms,
             ),
+            broker_epoch=lambda: self.channel.broker_epoch,
         )
         self.channel = ControllerChannel(
             config.node_id,

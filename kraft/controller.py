@@ -292,6 +292,15 @@ class QuorumController:
         added = [r for r in new_isr if r not in reg.isr]
         if any(not image.is_usable(r) for r in added):
             return answer(Errors.INELIGIBLE_REPLICA, "fenced or shutting-down brokers may not join")
+        fetched_with = dict(zip(new_isr, req.new_isr_broker_epochs, strict=False))
+        stale = [
+            r for r in added if fetched_with.get(r, -1) not in (-1, image.brokers[r].broker_epoch)
+        ]
+        if stale:
+            return answer(
+                Errors.INELIGIBLE_REPLICA,
+                f"replicas {stale} fetched as an incarnation that is no longer registered",
+            )
         if set(new_isr) == set(reg.isr):
             current = reg
             return Decision(

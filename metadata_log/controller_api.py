@@ -102,6 +102,10 @@ class AlterPartitionRequest(_Body):
     leader_epoch: Int32
     partition_epoch: Int32
     new_isr: Annotated[list[NodeId], msgspec.Meta(min_length=1, max_length=1024)]
+    # KIP-903: the broker epoch each new ISR member fetched with, in new_isr's order
+    # (-1: unknown). A member added on the strength of a fetch from an incarnation that
+    # is no longer registered is refused with INELIGIBLE_REPLICA.
+    new_isr_broker_epochs: Annotated[list[Int64], msgspec.Meta(max_length=1024)] = []
 
 
 class AlterPartitionResponse(_Reply):

@@ -73,6 +73,10 @@ class MetadataImage(msgspec.Struct, frozen=True):
         b = self.brokers.get(broker_id)
         return b is not None and not b.fenced and not b.in_controlled_shutdown
 
+    def usable_broker_epoch(self, broker_id: int) -> int | None:
+        """The broker epoch of a usable broker (KIP-903 checks a fetch against it)."""
+        return self.brokers[broker_id].broker_epoch if self.is_usable(broker_id) else None
+
     def topic_config(self, name: str) -> dict[str, str]:
         return self.configs.get((2, name), {})
 

@@ -29,6 +29,7 @@ class FetchReq:
     dst: int
     sent: FollowerFetchState
     src_incarnation: int
+    broker_epoch: int  # what the fetch names (KIP-903)
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,10 @@ class Broker:
     h: HostedPartition | None = None
     up: bool = True
     paused: bool = False
-    intact: bool = True  # False after a machine crash, until it leaves the ISR
+    # False after a machine crash, until a new incarnation registered and the broker is
+    # out of the ISR: before that, a fetch the crashed incarnation sent can still bring it
+    # back in (KIP-903 only refuses one once the new incarnation is registered).
+    intact: bool = True
     incarnation: int = 1
     registered: bool = False
     broker_epoch: int = -1

@@ -232,7 +232,14 @@ class ControllerMachine(RuleBasedStateMachine):
         b = self.image.brokers.get(requester)
         flaw = data.draw(
             st.sampled_from(
-                ["none", "leader_epoch", "partition_epoch", "broker_epoch", "not_leader"]
+                [
+                    "none",
+                    "leader_epoch",
+                    "partition_epoch",
+                    "broker_epoch",
+                    "not_leader",
+                    "member_epoch",  # an added member fetched as an older incarnation
+                ]
             )
         )
         new_isr = data.draw(
@@ -246,6 +253,14 @@ class ControllerMachine(RuleBasedStateMachine):
                 return
             requester = others[0]
             b = self.image.brokers.get(requester)
+        added = [r for r in new_isr if r not in reg.isr]
+        if flaw == "member_epoch" and not added:
+            flaw = "none"
+        epochs = [
+            (m.broker_epoch if (m := self.image.brokers.get(r)) else -1)
+            - (flaw == "member_epoch" and r == added[0])
+            for r in new_isr
+        ]
         req = AlterPartitionRequest(
             requester,
             (b.broker_epoch if b else 0) - (flaw == "broker_epoch"),
@@ -254,17 +269,17 @@ class ControllerMachine(RuleBasedStateMachine):
             reg.leader_epoch - (flaw == "leader_epoch"),
             reg.partition_epoch - (flaw == "partition_epoch"),
             new_isr,
+            epochs,
         )
         resp = self._run(self.controller.alter_partition(self.image, req, self.now))
         after = self.image.partition(topic_id, p)
         if resp.error_code == Errors.NONE:
             assert flaw == "none" and reg.leader == requester
             assert set(after.isr) == set(new_isr)
-            added = set(new_isr) - set(reg.isr)
             assert all(self.image.is_usable(r) for r in added)
         else:
             assert after == reg, "a refused AlterPartition changed the partition"
-            if flaw == "none" and reg.leader == requester and b is not None:
+            if flaw in ("none", "member_epoch") and reg.leader == requester and b is not None:
                 assert resp.error_code == Errors.INELIGIBLE_REPLICA
 
     @rule()

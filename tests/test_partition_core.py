@@ -142,7 +142,7 @@ def test_an_expansion_with_an_unknown_outcome_keeps_counting_in_the_hw() -> None
     member (found by the replication model, an AlterPartition answer lost)."""
     p = leader(isr=(1,), leo=0)
     p.on_follower_fetch(2, 0, 0, 0)
-    alter = p.maybe_expand_isr(2, usable=True)
+    alter = p.maybe_expand_isr(2, registered_epoch=7)
     assert alter is not None
     p.on_alter_isr_answer(alter, 7, (), -1, -1, 0)  # REQUEST_TIMED_OUT
     assert p.maximal_isr == (1, 2)
@@ -172,10 +172,10 @@ def test_a_follower_joins_once_it_reaches_the_hw_and_the_epoch_start() -> None:
     p.on_follower_fetch(2, 12, 12, 1)
     assert p.high_watermark == 12
     p.on_follower_fetch(3, 9, 12, 1)
-    assert p.maybe_expand_isr(3, usable=True) is None  # below the HW
+    assert p.maybe_expand_isr(3, registered_epoch=7) is None  # below the HW
     p.on_follower_fetch(3, 12, 12, 2)
-    assert p.maybe_expand_isr(3, usable=False) is None  # fenced or shutting down
-    alter = p.maybe_expand_isr(3, usable=True)
+    assert p.maybe_expand_isr(3, registered_epoch=None) is None  # fenced or shutting down
+    alter = p.maybe_expand_isr(3, registered_epoch=7)
     assert alter == AlterIsr((1, 2, 3), 3, 0)
     assert p.maximal_isr == (1, 2, 3)
     # While pending, the HW already waits for 3 (it is in the maximal ISR).
@@ -191,13 +191,29 @@ def test_a_follower_joins_once_it_reaches_the_hw_and_the_epoch_start() -> None:
 def test_a_new_leader_does_not_add_a_follower_short_of_its_epoch_start() -> None:
     p = leader(isr=(1,), leo=20, epoch=2)
     p.on_follower_fetch(2, 15, 20, 0)  # HW is 0 (never advanced); epoch start is 20
-    assert p.maybe_expand_isr(2, usable=True) is None
+    assert p.maybe_expand_isr(2, registered_epoch=7) is None
     p.on_follower_fetch(2, 20, 20, 1)
-    assert p.maybe_expand_isr(2, usable=True) == AlterIsr((1, 2), 2, 0)
+    assert p.maybe_expand_isr(2, registered_epoch=7) == AlterIsr((1, 2), 2, 0)
 
 
 def test_followers_propose_nothing() -> None:
     p: Partition[str] = Partition(TOPIC, 0, TID, 2)
     p.make_follower((1, 2), (1, 2), 1, 0, 0, 0)
     assert p.maybe_shrink_isr(0, 10 * LAG, LAG) is None
-    assert p.maybe_expand_isr(3, usable=True) is None
+    assert p.maybe_expand_isr(3, registered_epoch=7) is None
+
+
+def test_kip_903_a_dead_incarnation_neither_fetches_nor_joins() -> None:
+    """A fetch names its broker epoch: one older than the last seen is refused, and a
+    follower joins only if it fetched with the epoch the metadata image registers; the
+    proposal carries those epochs for the controller to check again."""
+    p = leader(isr=(1,), leo=4)
+    p.on_follower_fetch(2, 4, 4, 0, broker_epoch=10)
+    assert p.maybe_expand_isr(2, registered_epoch=12) is None  # it registered again since
+    assert not p.is_stale_fetch(2, 12)
+    p.on_follower_fetch(2, 0, 4, 1, broker_epoch=12)  # the new incarnation, empty
+    assert p.is_stale_fetch(2, 10)  # the old one's fetches are refused from now on
+    assert not p.is_stale_fetch(2, -1)  # a fetch without an epoch (Fetch < v15) is not
+    p.on_follower_fetch(2, 4, 4, 2, broker_epoch=12)
+    alter = p.maybe_expand_isr(2, registered_epoch=12)
+    assert alter is not None and alter.broker_epochs == (-1, 12)

@@ -50,6 +50,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from broker.alter_partition import alter_partition_request
 from broker.fetcher import FollowerData
 from broker.hosted import HostedPartition, log_headers
 from broker.partition import AlterIsr, Partition
@@ -57,7 +58,6 @@ from broker.producer_state import ProducerStateManager
 from kraft.controller import ControllerConfig, Decision, QuorumController
 from kraft.state_machine import AppendStatus, MetadataStateMachine
 from metadata_log.controller_api import (
-    AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
@@ -238,15 +238,7 @@ class ReplicationModel(RuleBasedStateMachine):
 
     def send_alter(self, b: Broker, alter: AlterIsr) -> None:
         assert b.h is not None
-        req = AlterPartitionRequest(
-            broker_id=b.id,
-            broker_epoch=b.broker_epoch,
-            topic_id=b.h.core.topic_id,
-            partition=0,
-            leader_epoch=alter.leader_epoch,
-            partition_epoch=alter.partition_epoch,
-            new_isr=list(alter.new_isr),
-        )
+        req = alter_partition_request(b.id, b.broker_epoch, b.h.core.topic_id, 0, alter)
         self.send(AlterReq(b.id, alter, req, b.incarnation))
 
     # -- produce -----------------------------------------------------------------------------
@@ -301,7 +293,7 @@ class ReplicationModel(RuleBasedStateMachine):
         b = self.brokers[broker]
         if not b.active or b.h is None or b.h.core.is_leader or b.h.core.leader < 0:
             return
-        self.send(FetchReq(b.id, b.h.core.leader, b.h.fetch_state(), b.incarnation))
+        self.send(FetchReq(b.id, b.h.core.leader, b.h.fetch_state(), b.incarnation, b.broker_epoch))
 
     def handle(self, msg: Message) -> None:
         if isinstance(msg, AlterReq):
@@ -329,7 +321,8 @@ class ReplicationModel(RuleBasedStateMachine):
                     st_.last_fetched_epoch,
                     1 << 20,
                     self.now,
-                    self.image.is_usable(msg.src),
+                    self.image.usable_broker_epoch(msg.src),
+                    msg.broker_epoch,
                 )
                 recs = result.records
                 raw = recs.read() if recs is not None and hasattr(recs, "read") else recs
@@ -516,8 +509,9 @@ class ReplicationModel(RuleBasedStateMachine):
         logs: dict[int, list[Entry]] = {}
         hws: dict[int, int] = {}
         for b in self.brokers.values():
-            if b.id not in reg.isr:
-                b.intact = True  # out of the ISR: what it lost no longer matters
+            if b.id not in reg.isr and b.up and b.registered:
+                # A new incarnation, out of the ISR: what it lost no longer matters.
+                b.intact = True
             if b.h is None:
                 continue
             if not b.up:

@@ -97,3 +97,49 @@ def test_a_lost_answer_to_an_isr_expansion_keeps_the_hw_waiting_for_the_new_memb
         ("drop", (0,)),
         ("produce", (1, False, 0)),
     ).teardown()
+
+
+def test_a_fetch_sent_before_a_machine_crash_does_not_count_for_the_new_incarnation() -> None:
+    """CI found broker 3, out of the ISR, send a fetch at offset 11, lose its whole log
+    in a machine crash, and the leader then serve that fetch and add it to the ISR: an
+    ISR member without the committed records. Before it registers again that is
+    Kafka's window too (the model keeps it "not intact" until then). Here the stale
+    fetch arrives after the new incarnation registered: KIP-903's broker epoch in the
+    fetch keeps it out of the ISR."""
+    m = replay(
+        ("produce", (1, False, -1)),
+        ("produce", (1, False, -1)),
+        ("settle", ()),
+        ("send_fetch", (3,)),  # at offset 2: it holds both records, unflushed
+        ("fault", (3, "machine")),
+        ("tick", (10_000,)),  # its session expires: fenced, out of the ISR
+        ("recover", (3,)),  # the new incarnation registers with an empty log
+        ("tick", (100,)),  # and is unfenced
+        ("sync_metadata", (1,)),  # the leader learns the ISR is (1, 2)
+        ("deliver", (0,)),  # the dead incarnation's fetch reaches the leader
+    )
+    assert 3 not in m.reg.isr
+    m.deliver_all()
+    m.replication_invariants()
+    assert 3 not in m.reg.isr, m.reg
+    m.teardown()
+
+
+def test_a_machine_crashed_follower_stays_suspect_until_it_registers_again() -> None:
+    """The CI failure itself: the fetch arrives before broker 3 restarts, so it rejoins
+    the ISR (as in Kafka); brokers 1 and 2 still hold every committed record, and the
+    model no longer counts broker 3 as intact until its new incarnation registers."""
+    m = replay(
+        ("produce_three", (1,)),
+        ("settle", ()),
+        ("send_fetch", (3,)),
+        ("fault", (3, "machine")),
+        ("deliver_all", ()),
+        ("produce", (1, True, -1)),
+        ("settle", ()),
+    )
+    try:
+        m.heal_and_check()
+    finally:
+        m._healable = False
+        m.teardown()
