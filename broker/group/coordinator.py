@@ -1,0 +1,594 @@
+"""The group coordinator, sans I/O: Kafka's classic group protocol (GroupCoordinator.scala).
+
+No sockets, tasks or clocks: each request comes in with an opaque token and `now_ms`,
+and the core returns intents: `Reply(token, result)` (now, or later for a JoinGroup
+or SyncGroup that waits for the rebalance) and `Append(...)` (records for
+`__consumer_offsets`; the shell appends them with acks=all and reports back through
+`on_append_done`). `tick(now_ms)` runs the timers: session expiry, the end of the
+join phase, the sync deadline, KIP-394 pending members, offset retention.
+
+States: Empty -> PreparingRebalance (a member joins, leaves or changes) ->
+CompletingRebalance (everyone joined: the generation is bumped, the leader gets the
+members and computes the assignment) -> Stable (the leader's SyncGroup stored the
+assignment) -> PreparingRebalance ...; a group whose last member left goes back to
+Empty; a deleted or expired one is Dead and forgotten.
+
+The coordinator of a group is the leader of partition `partition_for(group)` of
+`__consumer_offsets`; the core serves the partitions it was told it owns
+(`begin_load`, `load`, `unload`), answering COORDINATOR_LOAD_IN_PROGRESS while a
+partition loads and NOT_COORDINATOR for the others.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
+
+from broker.group import messages as m
+from broker.group.group import Group, GroupState, Member
+from broker.group.messages import Append, Out, Reply
+from broker.group.offsets import OffsetsMixin
+
+T = TypeVar("T")
+
+EMPTY, PREPARING = GroupState.EMPTY, GroupState.PREPARING_REBALANCE
+COMPLETING, STABLE, DEAD = (
+    GroupState.COMPLETING_REBALANCE,
+    GroupState.STABLE,
+    GroupState.DEAD,
+)
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """Kafka's broker properties for groups, with Kafka's defaults."""
+
+    num_partitions: int = 50  # offsets.topic.num.partitions
+    min_session_timeout_ms: int = 6_000  # group.min.session.timeout.ms
+    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
+    initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms
+    max_size: int = 2**31 - 1  # group.max.size
+    offsets_retention_ms: int = 7 * 24 * 3_600_000  # offsets.retention.minutes
+    retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
+    offset_metadata_max_bytes: int = 4_096  # offset.metadata.max.bytes
+    new_member_join_timeout_ms: int = 300_000  # Kafka's fixed 5 minutes
+
+
+def _big_endian_units(s: str) -> list[int]:
+    b = s.encode("utf-16-be")
+    return [(b[i] << 8) | b[i + 1] for i in range(0, len(b), 2)]
+
+
+def partition_for(group_id: str, num_partitions: int) -> int:
+    """Kafka's `Utils.abs(groupId.hashCode) % offsets.topic.num.partitions`, so a group
+    lands on the same partition number as on a Kafka cluster."""
+    h = 0
+    for unit in _big_endian_units(group_id):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    signed = h - (1 << 32) if h >= 1 << 31 else h
+    return (0 if signed == -(2**31) else abs(signed)) % num_partitions
+
+
+class GroupCoordinatorCore(OffsetsMixin[T], Generic[T]):
+    def __init__(self, config: GroupConfig, new_member_id: Callable[[str], str]) -> None:
+        self.config = config
+        self.groups: dict[str, Group[T]] = {}
+        # Partitions we coordinate: partition -> loaded (False while loading).
+        self.owned: dict[int, bool] = {}
+        self._load_epoch: dict[int, int] = {}  # bumped on every load/unload: stale writes
+        self._epochs = itertools.count(1)
+        self._new_member_id = new_member_id
+        self._writes: dict[int, Callable[[int, int], list[Out[T]]]] = {}
+        self._write_ids = itertools.count(1)
+        self._next_expiry_ms: int | None = None
+
+    # -- ownership -----------------------------------------------------------------------------
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.config.num_partitions)
+
+    def check(self, group_id: str) -> int:
+        """NONE when we coordinate the group now, else the error to answer."""
+        if not group_id:
+            return m.INVALID_GROUP_ID
+        loaded = self.owned.get(self.partition_for(group_id))
+        if loaded is None:
+            return m.NOT_COORDINATOR
+        return m.NONE if loaded else m.COORDINATOR_LOAD_IN_PROGRESS
+
+    def begin_load(self, partition: int) -> list[Out[T]]:
+        out = self.unload(partition)
+        self.owned[partition] = False
+        self._load_epoch[partition] = next(self._epochs)
+        return out
+
+    def unload(self, partition: int) -> list[Out[T]]:
+        """We no longer lead the partition: its groups leave memory, and requests
+        waiting on them answer NOT_COORDINATOR (the clients find the new one)."""
+        out: list[Out[T]] = []
+        for gid in [gid for gid, g in self.groups.items() if g.partition == partition]:
+            g = self.groups.pop(gid)
+            for mem in g.members.values():
+                self._fail_waiting(mem, m.NOT_COORDINATOR, out)
+        self.owned.pop(partition, None)
+        self._load_epoch[partition] = next(self._epochs)
+        return out
+
+    def _append(
+        self,
+        partition: int,
+        records: list[tuple[bytes, bytes | None]],
+        then: Callable[[int, int], list[Out[T]]] | None = None,
+    ) -> Append:
+        write_id = next(self._write_ids)
+        epoch = self._load_epoch.get(partition)
+
+        def done(code: int, now_ms: int) -> list[Out[T]]:
+            if self._load_epoch.get(partition) != epoch:
+                code = m.NOT_COORDINATOR  # the partition moved meanwhile
+            return then(code, now_ms) if then is not None else []
+
+        self._writes[write_id] = done
+        return Append(write_id, partition, tuple(records))
+
+    def on_append_done(self, write_id: int, error_code: int, now_ms: int) -> list[Out[T]]:
+        done = self._writes.pop(write_id, None)
+        return done(error_code, now_ms) if done is not None else []
+
+    # -- JoinGroup -----------------------------------------------------------------------------
+
+    def join(self, token: T, req: m.JoinRequest, now_ms: int) -> list[Out[T]]:
+        out: list[Out[T]] = []
+
+        def fail(code: int) -> list[Out[T]]:
+            return [Reply(token, m.JoinResult(code, req.member_id))]
+
+        if (code := self.check(req.group_id)) != m.NONE:
+            return fail(code)
+        cfg = self.config
+        if not cfg.min_session_timeout_ms <= req.session_timeout_ms <= cfg.max_session_timeout_ms:
+            return fail(m.INVALID_SESSION_TIMEOUT)
+        g = self.groups.get(req.group_id)
+        if g is None:
+            if req.member_id:
+                return fail(m.UNKNOWN_MEMBER_ID)
+            g = Group(req.group_id, self.partition_for(req.group_id), state_since_ms=now_ms)
+            self.groups[req.group_id] = g
+        if not g.supports(req.protocol_type, req.protocols):
+            return fail(m.INCONSISTENT_GROUP_PROTOCOL)
+        known = req.member_id in g.members or (
+            req.group_instance_id is not None and req.group_instance_id in g.static_members
+        )
+        if not known and len(g.members) >= cfg.max_size:
+            return fail(m.GROUP_MAX_SIZE_REACHED)
+        if not req.member_id:
+            self._join_new(g, token, req, now_ms, out)
+        else:
+            self._join_known(g, token, req, now_ms, out)
+        return out
+
+    def _join_new(
+        self, g: Group[T], token: T, req: m.JoinRequest, now_ms: int, out: list[Out[T]]
+    ) -> None:
+        instance = req.group_instance_id
+        if instance is None:
+            member_id = self._new_member_id(req.client_id)
+            if req.require_known_member_id:
+                # KIP-394: hand out the id; the member joins again with it.
+                g.pending_members[member_id] = now_ms + req.session_timeout_ms
+                out.append(Reply(token, m.JoinResult(m.MEMBER_ID_REQUIRED, member_id)))
+                return
+            self._add_member(g, token, req, member_id, now_ms, out)
+            return
+        member_id = self._new_member_id(instance)
+        old_id = g.static_members.get(instance)
+        old = g.members.get(old_id) if old_id is not None else None
+        if old is None:
+            self._add_member(g, token, req, member_id, now_ms, out)
+            return
+        # A static member restarted (KIP-345): the new id replaces the old one, which
+        # is fenced from now on; in a Stable group with unchanged protocols nobody else
+        # notices (no rebalance) unless it led.
+        self._fail_waiting(old, m.FENCED_INSTANCE_ID, out)
+        del g.members[old.member_id]
+        new = replace(old, member_id=member_id, join_token=None, sync_token=None)
+        new.last_heartbeat_ms = now_ms
+        g.members[member_id] = new
+        g.static_members[instance] = member_id
+        if g.leader_id == old.member_id:
+            g.leader_id = member_id
+        unchanged = old.same_protocols(req.protocol_type, req.protocols)
+        if g.state == STABLE and unchanged and g.leader_id != member_id:
+            out.append(self._store_group(g, lambda code, _now: []))
+            out.append(Reply(token, self._join_result(g, new, with_members=False)))
+            return
+        self._update_member(g, new, token, req, out)
+        if g.state in (STABLE, COMPLETING, EMPTY):
+            self._prepare_rebalance(g, now_ms, out)
+        else:
+            self._maybe_complete_join(g, now_ms, out)
+
+    def _join_known(
+        self, g: Group[T], token: T, req: m.JoinRequest, now_ms: int, out: list[Out[T]]
+    ) -> None:
+        member_id = req.member_id
+        if member_id in g.pending_members:
+            self._add_member(g, token, req, member_id, now_ms, out)
+            return
+        code = g.member_error(member_id, req.group_instance_id)
+        if code == m.NONE and g.state in (EMPTY, DEAD):
+            code = m.UNKNOWN_MEMBER_ID
+        if code != m.NONE:
+            out.append(Reply(token, m.JoinResult(code, member_id)))
+            return
+        mem = g.members[member_id]
+        mem.last_heartbeat_ms = now_ms
+        unchanged = mem.same_protocols(req.protocol_type, req.protocols)
+        if g.state == PREPARING:
+            self._update_member(g, mem, token, req, out)
+            self._maybe_complete_join(g, now_ms, out)
+        elif g.state == COMPLETING and unchanged:
+            # Its JoinGroup answer was lost: the same answer again.
+            out.append(Reply(token, self._join_result(g, mem, mem.member_id == g.leader_id)))
+        elif g.state == STABLE and unchanged and member_id != g.leader_id:
+            out.append(Reply(token, self._join_result(g, mem, with_members=False)))
+        else:  # new protocols, or the leader rejoining: a new assignment is needed
+            self._update_member(g, mem, token, req, out)
+            self._prepare_rebalance(g, now_ms, out)
+
+    def _add_member(
+        self,
+        g: Group[T],
+        token: T,
+        req: m.JoinRequest,
+        member_id: str,
+        now_ms: int,
+        out: list[Out[T]],
+    ) -> None:
+        g.pending_members.pop(member_id, None)
+        mem: Member[T] = Member(
+            member_id,
+            req.group_instance_id,
+            req.client_id,
+            req.client_host,
+            req.rebalance_timeout_ms,
+            req.session_timeout_ms,
+            req.protocol_type,
+            list(req.protocols),
+            join_token=token,
+            last_heartbeat_ms=now_ms,
+            is_new=True,
+        )
+        g.members[member_id] = mem
+        if req.group_instance_id is not None:
+            g.static_members[req.group_instance_id] = member_id
+        if g.protocol_type is None:
+            g.protocol_type = req.protocol_type
+        if g.leader_id is None:
+            g.leader_id = member_id
+        g.new_member_added = True
+        if g.state in (STABLE, COMPLETING, EMPTY):
+            self._prepare_rebalance(g, now_ms, out)
+        else:
+            self._maybe_complete_join(g, now_ms, out)
+
+    def _update_member(
+        self, g: Group[T], mem: Member[T], token: T, req: m.JoinRequest, out: list[Out[T]]
+    ) -> None:
+        if mem.join_token is not None and mem.join_token is not token:
+            out.append(Reply(mem.join_token, m.JoinResult(m.REBALANCE_IN_PROGRESS, mem.member_id)))
+        mem.protocol_type = req.protocol_type
+        mem.protocols = list(req.protocols)
+        mem.rebalance_timeout_ms = req.rebalance_timeout_ms
+        mem.session_timeout_ms = req.session_timeout_ms
+        mem.join_token = token
+
+    def _join_result(self, g: Group[T], mem: Member[T], with_members: bool) -> m.JoinResult:
+        members: tuple[tuple[str, str | None, bytes], ...] = ()
+        if with_members:
+            members = tuple(
+                (x.member_id, x.group_instance_id, x.metadata(g.protocol_name))
+                for x in g.members.values()
+            )
+        return m.JoinResult(
+            m.NONE,
+            mem.member_id,
+            g.generation_id,
+            g.protocol_type,
+            g.protocol_name,
+            g.leader_id or "",
+            members,
+        )
+
+    # -- rebalance -----------------------------------------------------------------------------
+
+    def _prepare_rebalance(self, g: Group[T], now_ms: int, out: list[Out[T]]) -> None:
+        if g.state == COMPLETING:
+            self._reset_assignments(g, m.REBALANCE_IN_PROGRESS, out)
+        initial = g.state == EMPTY
+        g.transition(PREPARING, now_ms)
+        g.awaiting_sync.clear()
+        timeout = g.rebalance_timeout_ms()
+        if initial and self.config.initial_rebalance_delay_ms > 0:
+            # Kafka's InitialDelayedJoin: wait a little for the others of a starting
+            # group, extended while new members keep arriving, up to the rebalance timeout.
+            delay = min(self.config.initial_rebalance_delay_ms, timeout)
+            g.initial_delay = True
+            g.initial_delay_left_ms = timeout - delay
+            g.new_member_added = False
+            g.rebalance_deadline_ms = now_ms + delay
+        else:
+            g.initial_delay = False
+            g.rebalance_deadline_ms = now_ms + timeout
+        self._maybe_complete_join(g, now_ms, out)
+
+    def _maybe_complete_join(self, g: Group[T], now_ms: int, out: list[Out[T]]) -> None:
+        if g.state == PREPARING and not g.initial_delay and g.all_joined():
+            self._complete_join(g, now_ms, out)
+
+    def _complete_join(self, g: Group[T], now_ms: int, out: list[Out[T]]) -> None:
+        for mem in list(g.members.values()):
+            if not mem.awaiting_join:  # did not rejoin in time
+                self._remove_member(g, mem, out)
+        g.initial_delay = False
+        g.generation_id += 1
+        if g.is_empty():
+            g.protocol_name = None
+            g.leader_id = None
+            g.transition(EMPTY, now_ms)
+            out.append(self._store_group(g, lambda code, _now: []))
+            return
+        g.protocol_name = g.select_protocol()
+        if g.leader_id not in g.members:
+            g.leader_id = next(iter(g.members))
+        g.transition(COMPLETING, now_ms)
+        g.rebalance_deadline_ms = now_ms + g.rebalance_timeout_ms()
+        g.awaiting_sync = set(g.members)
+        for mem in g.members.values():
+            token = mem.join_token
+            mem.join_token = None
+            mem.is_new = False
+            mem.last_heartbeat_ms = now_ms
+            out.append(Reply(token, self._join_result(g, mem, mem.member_id == g.leader_id)))
+
+    def _remove_member(self, g: Group[T], mem: Member[T], out: list[Out[T]]) -> None:
+        self._fail_waiting(mem, m.UNKNOWN_MEMBER_ID, out)
+        g.members.pop(mem.member_id, None)
+        g.awaiting_sync.discard(mem.member_id)
+        instance = mem.group_instance_id
+        if instance is not None and g.static_members.get(instance) == mem.member_id:
+            del g.static_members[instance]
+        if g.leader_id == mem.member_id:
+            g.leader_id = next(iter(g.members), None)
+
+    def _member_gone(self, g: Group[T], now_ms: int, out: list[Out[T]]) -> None:
+        """After members left or expired: rebalance, or finish the join phase."""
+        if g.state in (STABLE, COMPLETING):
+            self._prepare_rebalance(g, now_ms, out)
+        else:
+            self._maybe_complete_join(g, now_ms, out)
+
+    def _reset_assignments(self, g: Group[T], code: int, out: list[Out[T]]) -> None:
+        for mem in g.members.values():
+            mem.assignment = b""
+            if mem.sync_token is not None:
+                out.append(Reply(mem.sync_token, m.SyncResult(code)))
+                mem.sync_token = None
+
+    @staticmethod
+    def _fail_waiting(mem: Member[Any], code: int, out: list[Out[Any]]) -> None:
+        if mem.join_token is not None:
+            out.append(Reply(mem.join_token, m.JoinResult(code, mem.member_id)))
+            mem.join_token = None
+        if mem.sync_token is not None:
+            out.append(Reply(mem.sync_token, m.SyncResult(code)))
+            mem.sync_token = None
+
+    # -- SyncGroup -----------------------------------------------------------------------------
+
+    def sync(self, token: T, req: m.SyncRequest, now_ms: int) -> list[Out[T]]:
+        def fail(code: int) -> list[Out[T]]:
+            return [Reply(token, m.SyncResult(code))]
+
+        if (code := self.check(req.group_id)) != m.NONE:
+            return fail(code)
+        g = self.groups.get(req.group_id)
+        if g is None:
+            return fail(m.UNKNOWN_MEMBER_ID)
+        if (code := g.member_error(req.member_id, req.group_instance_id)) != m.NONE:
+            return fail(code)
+        mem = g.members[req.member_id]
+        if req.generation_id != g.generation_id:
+            return fail(m.ILLEGAL_GENERATION)
+        if (req.protocol_type is not None and req.protocol_type != g.protocol_type) or (
+            req.protocol_name is not None and req.protocol_name != g.protocol_name
+        ):
+            return fail(m.INCONSISTENT_GROUP_PROTOCOL)
+        if g.state == PREPARING:
+            return fail(m.REBALANCE_IN_PROGRESS)
+        if g.state != COMPLETING and g.state != STABLE:
+            return fail(m.UNKNOWN_MEMBER_ID)
+        mem.last_heartbeat_ms = now_ms
+        g.awaiting_sync.discard(mem.member_id)
+        if g.state == STABLE:
+            return [Reply(token, self._sync_result(g, mem.assignment))]
+        out: list[Out[T]] = []
+        if mem.sync_token is not None:
+            out.append(Reply(mem.sync_token, m.SyncResult(m.REBALANCE_IN_PROGRESS)))
+        mem.sync_token = token
+        if mem.member_id == g.leader_id:
+            assignment = dict(req.assignments)
+            generation = g.generation_id
+            for x in g.members.values():
+                x.assignment = assignment.get(x.member_id, b"")
+
+            def stored(code: int, now: int) -> list[Out[T]]:
+                done: list[Out[T]] = []
+                if g.state != COMPLETING or g.generation_id != generation:
+                    return done  # a newer rebalance took over; it answered the waiters
+                if self.groups.get(g.group_id) is not g:
+                    return done
+                if code != m.NONE:
+                    self._reset_assignments(g, m.write_error(code, offsets=False), done)
+                    self._prepare_rebalance(g, now, done)
+                    return done
+                g.transition(STABLE, now)
+                for x in g.members.values():
+                    if x.sync_token is not None:
+                        done.append(Reply(x.sync_token, self._sync_result(g, x.assignment)))
+                        x.sync_token = None
+                return done
+
+            out.append(self._store_group(g, stored))
+        return out
+
+    @staticmethod
+    def _sync_result(g: Group[Any], assignment: bytes) -> m.SyncResult:
+        return m.SyncResult(m.NONE, g.protocol_type, g.protocol_name, assignment)
+
+    # -- Heartbeat, LeaveGroup -----------------------------------------------------------------
+
+    def heartbeat(
+        self,
+        token: T,
+        group_id: str,
+        member_id: str,
+        instance: str | None,
+        generation_id: int,
+        now_ms: int,
+    ) -> list[Out[T]]:
+        code = self.check(group_id)
+        g = self.groups.get(group_id)
+        if code != m.NONE:
+            pass
+        elif g is None or g.state == EMPTY:
+            code = m.UNKNOWN_MEMBER_ID
+        elif (code := g.member_error(member_id, instance)) != m.NONE:
+            pass
+        elif generation_id != g.generation_id:
+            code = m.ILLEGAL_GENERATION
+        else:
+            g.members[member_id].last_heartbeat_ms = now_ms
+            code = m.REBALANCE_IN_PROGRESS if g.state == PREPARING else m.NONE
+        return [Reply(token, code)]
+
+    def leave(
+        self,
+        token: T,
+        group_id: str,
+        members: list[tuple[str, str | None]],
+        now_ms: int,
+    ) -> list[Out[T]]:
+        """LeaveGroup: (member id, instance id) pairs; v0-v2 send one with no instance."""
+        if (code := self.check(group_id)) != m.NONE:
+            return [Reply(token, m.LeaveResult(code))]
+        g = self.groups.get(group_id)
+        out: list[Out[T]] = []
+        results: list[tuple[str, str | None, int]] = []
+        removed = False
+        for member_id, instance in members:
+            if g is None:
+                results.append((member_id, instance, m.UNKNOWN_MEMBER_ID))
+                continue
+            if instance is not None:
+                known = g.static_members.get(instance)
+                if known is None:
+                    code = m.UNKNOWN_MEMBER_ID
+                elif member_id and member_id != known:
+                    code = m.FENCED_INSTANCE_ID
+                else:
+                    self._remove_member(g, g.members[known], out)
+                    removed, code = True, m.NONE
+            elif g.pending_members.pop(member_id, None) is not None:
+                code = m.NONE
+            elif (mem := g.members.get(member_id)) is not None and mem.group_instance_id is None:
+                self._remove_member(g, mem, out)
+                removed, code = True, m.NONE
+            else:
+                code = m.UNKNOWN_MEMBER_ID if mem is None else m.FENCED_INSTANCE_ID
+            results.append((member_id, instance, code))
+        if g is not None and (removed or g.state == PREPARING):
+            self._member_gone(g, now_ms, out)
+        out.append(Reply(token, m.LeaveResult(m.NONE, tuple(results))))
+        return out
+
+    # -- timers --------------------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> list[Out[T]]:
+        out: list[Out[T]] = []
+        for g in list(self.groups.values()):
+            if self.owned.get(g.partition) is not True:
+                continue
+            self._expire_members(g, now_ms, out)
+            if g.state == PREPARING and now_ms >= g.rebalance_deadline_ms:
+                if g.initial_delay and g.new_member_added and g.initial_delay_left_ms > 0:
+                    step = min(self.config.initial_rebalance_delay_ms, g.initial_delay_left_ms)
+                    g.initial_delay_left_ms -= step
+                    g.new_member_added = False
+                    g.rebalance_deadline_ms = now_ms + step
+                else:
+                    g.initial_delay = False
+                    self._complete_join(g, now_ms, out)
+            elif g.awaiting_sync and now_ms >= g.rebalance_deadline_ms:
+                # Members that got their JoinGroup answer but never synced (Kafka 2.8+).
+                for member_id in list(g.awaiting_sync):
+                    if (mem := g.members.get(member_id)) is not None:
+                        self._remove_member(g, mem, out)
+                g.awaiting_sync.clear()
+                self._member_gone(g, now_ms, out)
+        if self._next_expiry_ms is None:
+            self._next_expiry_ms = now_ms + self.config.retention_check_interval_ms
+        elif now_ms >= self._next_expiry_ms:
+            self._next_expiry_ms = now_ms + self.config.retention_check_interval_ms
+            out += self.expire_offsets(now_ms)
+        return out
+
+    def _expire_members(self, g: Group[T], now_ms: int, out: list[Out[T]]) -> None:
+        gone = False
+        for member_id, deadline in list(g.pending_members.items()):
+            if now_ms >= deadline:
+                del g.pending_members[member_id]
+                gone = True
+        for mem in list(g.members.values()):
+            if not self._keep_alive(g, mem, now_ms):
+                self._remove_member(g, mem, out)
+                gone = True
+        if gone:
+            self._member_gone(g, now_ms, out)
+
+    def _keep_alive(self, g: Group[T], mem: Member[T], now_ms: int) -> bool:
+        """Kafka's MemberMetadata.shouldKeepAlive: a member waiting in the join phase
+        lives until the join phase ends (a brand-new one at most the new-member
+        timeout); one that owes a SyncGroup until the sync deadline; the others as long
+        as they heartbeat within their session timeout."""
+        if mem.awaiting_join:
+            return not mem.is_new or (
+                now_ms < mem.last_heartbeat_ms + self.config.new_member_join_timeout_ms
+            )
+        if mem.sync_token is not None:
+            return True
+        return now_ms < mem.last_heartbeat_ms + mem.session_timeout_ms
+
+    def next_deadline_ms(self) -> int | None:
+        """When `tick` next has something to do (for the shell's timer)."""
+        times = [] if self._next_expiry_ms is None else [self._next_expiry_ms]
+        for g in self.groups.values():
+            if g.state == PREPARING or g.awaiting_sync:
+                times.append(g.rebalance_deadline_ms)
+            times.extend(g.pending_members.values())
+            for mem in g.members.values():
+                if not mem.awaiting_join and mem.sync_token is None:
+                    times.append(mem.last_heartbeat_ms + mem.session_timeout_ms)
+                elif mem.is_new:
+                    times.append(mem.last_heartbeat_ms + self.config.new_member_join_timeout_ms)
+        return min(times, default=None)
+
+    # -- records -------------------------------------------------------------------------------
+
+    def _store_group(self, g: Group[T], then: Callable[[int, int], list[Out[T]]]) -> Append:
+        return self._append(g.partition, [self.group_record(g)], then)
+
+    def loaded_groups(self, partition: int) -> Iterable[Group[T]]:
+        return (g for g in self.groups.values() if g.partition == partition)

@@ -1,0 +1,152 @@
+"""What goes in and out of the group coordinator core: requests as the API handlers
+decode them, results as they encode them, and the core's intents (answer this
+request, append these records to `__consumer_offsets`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+# Kafka error codes the coordinator answers with.
+NONE = 0
+UNKNOWN_SERVER_ERROR = -1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+MESSAGE_TOO_LARGE = 10
+OFFSET_METADATA_TOO_LARGE = 12
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+NOT_ENOUGH_REPLICAS = 19
+NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+INVALID_GROUP_ID = 24
+UNKNOWN_MEMBER_ID = 25
+INVALID_SESSION_TIMEOUT = 26
+REBALANCE_IN_PROGRESS = 27
+INVALID_COMMIT_OFFSET_SIZE = 28
+RECORD_LIST_TOO_LARGE = 18
+KAFKA_STORAGE_ERROR = 56
+NON_EMPTY_GROUP = 68
+GROUP_ID_NOT_FOUND = 69
+MEMBER_ID_REQUIRED = 79
+GROUP_MAX_SIZE_REACHED = 81
+FENCED_INSTANCE_ID = 82
+GROUP_SUBSCRIBED_TO_TOPIC = 86
+
+
+def write_error(code: int, offsets: bool) -> int:
+    """What a failed append to __consumer_offsets answers (Kafka's GroupMetadataManager:
+    the client must find the coordinator again, or retry)."""
+    if code in (
+        UNKNOWN_TOPIC_OR_PARTITION,
+        NOT_ENOUGH_REPLICAS,
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        REQUEST_TIMED_OUT,
+    ):
+        return COORDINATOR_NOT_AVAILABLE
+    if code in (NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR, NOT_COORDINATOR):
+        return NOT_COORDINATOR
+    if code in (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE):
+        return INVALID_COMMIT_OFFSET_SIZE if offsets else UNKNOWN_SERVER_ERROR
+    return code if code in (COORDINATOR_NOT_AVAILABLE,) else UNKNOWN_SERVER_ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    require_known_member_id: bool  # JoinGroup v4+ (KIP-394)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    error_code: int
+    member_id: str = ""
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    members: tuple[tuple[str, str | None, bytes], ...] = ()  # for the leader only
+    skip_assignment: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str | None
+    protocol_name: str | None
+    assignments: list[tuple[str, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    error_code: int
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveResult:
+    error_code: int
+    members: tuple[tuple[str, str | None, int], ...] = ()  # (member id, instance id, error)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRequest:
+    group_id: str
+    generation_id: int  # -1: a commit from outside group management
+    member_id: str
+    group_instance_id: str | None
+    offsets: list[OffsetCommit]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionResults:
+    """Per-partition error codes (OffsetCommit, OffsetDelete) plus a group-level one."""
+
+    error_code: int
+    partitions: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply(Generic[T]):
+    token: T
+    result: object
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Append these (key, value) records to a partition of __consumer_offsets with
+    acks=all, then call the core's `on_append_done(write_id, error code, now_ms)`."""
+
+    write_id: int
+    partition: int
+    records: tuple[tuple[bytes, bytes | None], ...]
+
+
+Out = Reply[T] | Append

@@ -1,0 +1,269 @@
+"""Committed offsets and the group records of `__consumer_offsets`, for the coordinator
+core (OffsetCommit, OffsetFetch, OffsetDelete, DeleteGroups, retention, loading).
+
+An offset counts as committed once its record is appended with acks=all: the
+in-memory map changes only in `on_append_done`, so what a new coordinator loads from
+the log is what this one answered NONE for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from broker.group import messages as m
+from broker.group.group import Group, GroupState
+from broker.group.messages import Append, Out, Reply
+from broker.group.records import (
+    GroupKey,
+    GroupValue,
+    OffsetKey,
+    OffsetValue,
+    RecordFormatError,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_value,
+    encode_key,
+    encode_offset_value,
+)
+
+if TYPE_CHECKING:
+    from broker.group.coordinator import GroupConfig
+
+T = TypeVar("T")
+TP = tuple[str, int]
+
+
+class OffsetsMixin(Generic[T]):
+    config: GroupConfig
+    groups: dict[str, Group[T]]
+    owned: dict[int, bool]
+
+    if TYPE_CHECKING:
+
+        def check(self, group_id: str) -> int: ...
+        def partition_for(self, group_id: str) -> int: ...
+        def _append(
+            self,
+            partition: int,
+            records: list[tuple[bytes, bytes | None]],
+            then: Callable[[int, int], list[Out[T]]] | None = None,
+        ) -> Append: ...
+
+    @staticmethod
+    def group_record(g: Group[Any]) -> tuple[bytes, bytes | None]:
+        return encode_key(GroupKey(g.group_id)), encode_group_value(g.to_value())
+
+    # -- OffsetCommit --------------------------------------------------------------------------
+
+    def commit(self, token: T, req: m.CommitRequest, now_ms: int) -> list[Out[T]]:
+        def answer(code: int) -> list[Out[T]]:
+            parts = {(o.topic, o.partition): code for o in req.offsets}
+            return [Reply(token, m.PartitionResults(m.NONE, parts))]
+
+        if (code := self.check(req.group_id)) != m.NONE:
+            return answer(code)
+        g = self.groups.get(req.group_id)
+        if g is None:
+            if req.generation_id >= 0:
+                return answer(m.ILLEGAL_GENERATION)  # a generation of a group now gone
+            g = Group(req.group_id, self.partition_for(req.group_id), state_since_ms=now_ms)
+            self.groups[req.group_id] = g
+        if (code := self._commit_allowed(g, req)) != m.NONE:
+            return answer(code)
+        results: dict[TP, int] = {}
+        records: list[tuple[bytes, bytes | None]] = []
+        values: dict[TP, OffsetValue] = {}
+        for o in req.offsets:
+            tp = (o.topic, o.partition)
+            metadata = o.metadata or ""
+            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+                results[tp] = m.OFFSET_METADATA_TOO_LARGE
+                continue
+            values[tp] = OffsetValue(o.offset, o.leader_epoch, metadata, now_ms)
+            records.append(
+                (encode_key(OffsetKey(g.group_id, *tp)), encode_offset_value(values[tp]))
+            )
+        if not records:
+            return [Reply(token, m.PartitionResults(m.NONE, results))]
+
+        def stored(code: int, _now: int) -> list[Out[T]]:
+            if code == m.NONE and self.groups.get(g.group_id) is g:
+                g.offsets.update(values)
+            final = m.NONE if code == m.NONE else m.write_error(code, offsets=True)
+            results.update(dict.fromkeys(values, final))
+            return [Reply(token, m.PartitionResults(m.NONE, results))]
+
+        return [self._append(g.partition, records, stored)]
+
+    @staticmethod
+    def _commit_allowed(g: Group[Any], req: m.CommitRequest) -> int:
+        """Kafka's validateOffsetCommit: a commit from outside group management is only
+        for a group with no members; a member's commit needs its current generation."""
+        if g.state == GroupState.DEAD:
+            return m.COORDINATOR_NOT_AVAILABLE
+        if req.generation_id < 0 and g.state == GroupState.EMPTY:
+            return m.NONE
+        code = g.member_error(req.member_id, req.group_instance_id)
+        if code == m.FENCED_INSTANCE_ID:
+            return code
+        if g.state == GroupState.COMPLETING_REBALANCE:
+            return m.REBALANCE_IN_PROGRESS
+        if code != m.NONE:
+            return code
+        if req.generation_id != g.generation_id:
+            return m.ILLEGAL_GENERATION
+        return m.NONE
+
+    # -- OffsetFetch ---------------------------------------------------------------------------
+
+    def fetch_offsets(
+        self, group_id: str, partitions: list[TP] | None
+    ) -> tuple[int, dict[TP, OffsetValue | None]]:
+        """(group error, offsets); `partitions` None: every committed one."""
+        if (code := self.check(group_id)) != m.NONE:
+            return code, {}
+        g = self.groups.get(group_id)
+        offsets = g.offsets if g is not None else {}
+        if partitions is None:
+            return m.NONE, dict(sorted(offsets.items()))
+        return m.NONE, {tp: offsets.get(tp) for tp in partitions}
+
+    # -- DeleteGroups, OffsetDelete ------------------------------------------------------------
+
+    def delete_group(self, token: T, group_id: str) -> list[Out[T]]:
+        if (code := self.check(group_id)) != m.NONE:
+            return [Reply(token, code)]
+        g = self.groups.get(group_id)
+        if g is None or g.state == GroupState.DEAD:
+            return [Reply(token, m.GROUP_ID_NOT_FOUND)]
+        if g.state != GroupState.EMPTY:
+            return [Reply(token, m.NON_EMPTY_GROUP)]
+        # Forget it now, as Kafka does, so nothing joins a group being deleted.
+        del self.groups[group_id]
+        g.state = GroupState.DEAD
+
+        def stored(code: int, _now: int) -> list[Out[T]]:
+            return [Reply(token, m.NONE if code == m.NONE else m.write_error(code, False))]
+
+        return [self._append(g.partition, self._tombstones(g, g.offsets, group=True), stored)]
+
+    def delete_offsets(self, token: T, group_id: str, partitions: list[TP]) -> list[Out[T]]:
+        if (code := self.check(group_id)) != m.NONE:
+            return [Reply(token, m.PartitionResults(code))]
+        g = self.groups.get(group_id)
+        if g is None or g.state == GroupState.DEAD:
+            return [Reply(token, m.PartitionResults(m.GROUP_ID_NOT_FOUND))]
+        subscribed: set[str] = set()
+        if not g.is_empty():
+            topics = g.subscribed_topics()
+            if topics is None:
+                return [Reply(token, m.PartitionResults(m.NON_EMPTY_GROUP))]
+            subscribed = topics
+        results = {
+            tp: m.GROUP_SUBSCRIBED_TO_TOPIC if tp[0] in subscribed else m.NONE
+            for tp in partitions
+        }
+        gone = {tp: g.offsets[tp] for tp, c in results.items() if c == m.NONE and tp in g.offsets}
+        if not gone:
+            return [Reply(token, m.PartitionResults(m.NONE, results))]
+
+        def stored(code: int, _now: int) -> list[Out[T]]:
+            if code == m.NONE:
+                for tp in gone:
+                    g.offsets.pop(tp, None)
+                return [Reply(token, m.PartitionResults(m.NONE, results))]
+            return [Reply(token, m.PartitionResults(m.write_error(code, True)))]
+
+        return [self._append(g.partition, self._tombstones(g, gone, group=False), stored)]
+
+    @staticmethod
+    def _tombstones(
+        g: Group[Any], offsets: Iterable[TP], group: bool
+    ) -> list[tuple[bytes, bytes | None]]:
+        out: list[tuple[bytes, bytes | None]] = [
+            (encode_key(OffsetKey(g.group_id, *tp)), None) for tp in offsets
+        ]
+        if group:
+            out.append((encode_key(GroupKey(g.group_id)), None))
+        return out
+
+    # -- retention -----------------------------------------------------------------------------
+
+    def expire_offsets(self, now_ms: int) -> list[Out[T]]:
+        """offsets.retention.minutes (KIP-211): an empty group's offsets expire that long
+        after it became empty; a group outside group management's, that long after each
+        commit; a stable consumer group's, for topics it no longer subscribes to. An
+        empty group left with no offsets is deleted."""
+        out: list[Out[T]] = []
+        retention = self.config.offsets_retention_ms
+        for g in list(self.groups.values()):
+            if self.owned.get(g.partition) is not True:
+                continue
+            expired: dict[TP, OffsetValue] = {}
+            if g.state == GroupState.EMPTY and g.protocol_type is not None:
+                if g.state_since_ms + retention <= now_ms:
+                    expired = dict(g.offsets)
+            elif g.state == GroupState.EMPTY or (
+                g.state == GroupState.STABLE and g.subscribed_topics() is not None
+            ):
+                keep = g.subscribed_topics() if g.state == GroupState.STABLE else set()
+                expired = {
+                    tp: v
+                    for tp, v in g.offsets.items()
+                    if tp[0] not in (keep or set()) and v.commit_timestamp + retention <= now_ms
+                }
+            for tp in expired:
+                del g.offsets[tp]
+            dead = g.state == GroupState.EMPTY and not g.offsets
+            if dead:
+                del self.groups[g.group_id]
+                g.state = GroupState.DEAD
+            if expired or dead:
+                out.append(self._append(g.partition, self._tombstones(g, expired, group=dead)))
+        return out
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def load(
+        self, partition: int, records: Iterable[tuple[bytes | None, bytes | None]], now_ms: int
+    ) -> int:
+        """Rebuild the groups of `partition` from its records in log order (the last
+        value of a key wins; a null value deletes it). Returns how many records were
+        skipped as unreadable. The partition then serves requests. A load for a
+        partition that is no longer loading (unloaded meanwhile) does nothing."""
+        if self.owned.get(partition) is not False:
+            return 0
+        offsets: dict[str, dict[TP, OffsetValue]] = {}
+        values: dict[str, GroupValue | None] = {}
+        bad = 0
+        for key, value in records:
+            try:
+                k = decode_key(key or b"")
+                if isinstance(k, OffsetKey):
+                    per = offsets.setdefault(k.group, {})
+                    if value is None:
+                        per.pop((k.topic, k.partition), None)
+                    else:
+                        per[(k.topic, k.partition)] = decode_offset_value(value)
+                else:
+                    values[k.group] = None if value is None else decode_group_value(value)
+            except RecordFormatError:
+                bad += 1
+        for gid in set(offsets) | set(values):
+            if self.partition_for(gid) != partition:
+                continue
+            v = values.get(gid)
+            group_offsets = offsets.get(gid, {})
+            if v is None and not group_offsets:
+                continue  # deleted
+            g: Group[T] = (
+                Group.from_value(gid, partition, v, now_ms)
+                if v is not None
+                else Group(gid, partition, state_since_ms=now_ms)
+            )
+            g.offsets = group_offsets
+            self.groups[gid] = g
+        self.owned[partition] = True
+        return bad
