@@ -29,10 +29,27 @@ class LogConfig:
     message_timestamp_type: str = "CreateTime"  # message.timestamp.type
     flush_messages: int = LONG_MAX  # flush.messages
     flush_ms: int = LONG_MAX  # flush.ms
+    # Log compaction (Kafka's LogCleaner). cleanup.policy is a list: "delete", "compact" or
+    # both ("compact,delete"); kept as written (normalized) so it describes as Kafka's does.
+    cleanup_policy: str = "delete"  # cleanup.policy
+    delete_retention_ms: int = 86400000  # delete.retention.ms: how long tombstones survive
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
 
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def compact(self) -> bool:
+        """The log cleaner keeps only the latest record of each key."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """retention.ms and retention.bytes delete old segments (Kafka: only with "delete")."""
+        return "delete" in self.cleanup_policy.split(",")
 
     @classmethod
     def from_properties(
@@ -44,7 +61,7 @@ class LogConfig:
         for name, value in props.items():
             spec = _TOPIC_PROPS.get(name)
             if spec is None:
-                continue  # not a log property (e.g. cleanup.policy is read elsewhere)
+                continue  # not a log property (e.g. min.insync.replicas is read elsewhere)
             field, parse = spec
             changes[field] = parse(name, value)
         return dataclasses.replace(base, **changes)
@@ -90,6 +107,25 @@ def _timestamp_type(name: str, value: str | int) -> str:
     return str(value)
 
 
+def _cleanup_policy(name: str, value: str | int) -> str:
+    """Kafka's list type: comma-separated, blanks around items ignored; each item must be
+    "compact" or "delete"."""
+    items = [item.strip() for item in str(value).split(",")]
+    if not value or not all(items) or not set(items) <= {"compact", "delete"}:
+        raise ConfigError(f"{name} must be a list of compact and delete, got {value!r}")
+    return ",".join(dict.fromkeys(items))  # duplicates mean nothing more
+
+
+def _ratio(name: str, value: str | int) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number, got {value!r}") from None
+    if not 0.0 <= x <= 1.0:  # also refuses nan
+        raise ConfigError(f"{name} must be between 0 and 1, got {value!r}")
+    return x
+
+
 def _bounded(minimum: int, maximum: int = LONG_MAX):
     def parse(name: str, value: str | int) -> int:
         n = _int(name, value, minimum)
@@ -115,6 +151,11 @@ _TOPIC_PROPS = {
     "message.timestamp.type": ("message_timestamp_type", _timestamp_type),
     "flush.messages": ("flush_messages", _bounded(1)),
     "flush.ms": ("flush_ms", _bounded(0)),
+    "cleanup.policy": ("cleanup_policy", _cleanup_policy),
+    "delete.retention.ms": ("delete_retention_ms", _bounded(0)),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", _bounded(0)),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", _bounded(1)),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio),
 }
 
 _BROKER_TO_TOPIC = {
@@ -126,4 +167,9 @@ _BROKER_TO_TOPIC = {
     "log.message.timestamp.type": "message.timestamp.type",
     "log.flush.interval.messages": "flush.messages",
     "log.flush.interval.ms": "flush.ms",
+    "log.cleanup.policy": "cleanup.policy",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
 }

@@ -227,6 +227,11 @@ KAFKA_DEFAULTS = {
     "message_timestamp_type": "CreateTime",
     "flush_messages": 2**63 - 1,
     "flush_ms": 2**63 - 1,
+    "cleanup_policy": "delete",
+    "delete_retention_ms": 86400000,
+    "min_compaction_lag_ms": 0,
+    "max_compaction_lag_ms": 2**63 - 1,
+    "min_cleanable_dirty_ratio": 0.5,
 }
 
 
@@ -239,6 +244,7 @@ def test_defaults_are_kafkas() -> None:
     assert fields(LogConfig.from_properties({})) == KAFKA_DEFAULTS
     assert fields(LogConfig.from_broker_properties({})) == KAFKA_DEFAULTS
     assert not LogConfig().log_append_time
+    assert LogConfig().delete and not LogConfig().compact
 
 
 def test_from_properties_reads_kafkas_topic_property_names() -> None:
@@ -254,7 +260,12 @@ def test_from_properties_reads_kafkas_topic_property_names() -> None:
             "message.timestamp.type": "LogAppendTime",
             "flush.messages": "1",
             "flush.ms": "0",
-            "cleanup.policy": "compact",  # not a log property: ignored
+            "cleanup.policy": "compact",
+            "delete.retention.ms": "0",
+            "min.compaction.lag.ms": "1000",
+            "max.compaction.lag.ms": "60000",
+            "min.cleanable.dirty.ratio": "0.25",
+            "min.insync.replicas": "2",  # not a log property: ignored
         }
     )
     assert fields(config) == {
@@ -268,8 +279,52 @@ def test_from_properties_reads_kafkas_topic_property_names() -> None:
         "message_timestamp_type": "LogAppendTime",
         "flush_messages": 1,
         "flush_ms": 0,
+        "cleanup_policy": "compact",
+        "delete_retention_ms": 0,
+        "min_compaction_lag_ms": 1000,
+        "max_compaction_lag_ms": 60000,
+        "min_cleanable_dirty_ratio": 0.25,
     }
     assert config.log_append_time
+    assert config.compact and not config.delete
+
+
+@pytest.mark.parametrize(
+    ("value", "policy", "compact", "delete"),
+    [
+        ("delete", "delete", False, True),
+        ("compact", "compact", True, False),
+        ("compact,delete", "compact,delete", True, True),
+        (" delete , compact ", "delete,compact", True, True),  # Kafka's list: blanks trimmed
+        ("compact,compact", "compact", True, False),
+    ],
+)
+def test_cleanup_policy_is_kafkas_list(
+    value: str, policy: str, compact: bool, delete: bool
+) -> None:
+    config = LogConfig.from_properties({"cleanup.policy": value})
+    assert (config.cleanup_policy, config.compact, config.delete) == (policy, compact, delete)
+
+
+def test_broker_cleaner_defaults_map_to_topic_settings() -> None:
+    config = LogConfig.from_broker_properties(
+        {
+            "log.cleanup.policy": "compact",
+            "log.cleaner.delete.retention.ms": "5",
+            "log.cleaner.min.compaction.lag.ms": "6",
+            "log.cleaner.max.compaction.lag.ms": "7",
+            "log.cleaner.min.cleanable.ratio": "0.75",
+        }
+    )
+    assert (
+        config.cleanup_policy,
+        config.delete_retention_ms,
+        config.min_compaction_lag_ms,
+        config.max_compaction_lag_ms,
+        config.min_cleanable_dirty_ratio,
+    ) == ("compact", 5, 6, 7, 0.75)
+    with pytest.raises(ConfigError, match="log.cleaner.min.cleanable.ratio"):
+        LogConfig.from_broker_properties({"log.cleaner.min.cleanable.ratio": "2"})
 
 
 def test_from_properties_layers_over_a_base() -> None:
@@ -297,6 +352,17 @@ def test_from_properties_layers_over_a_base() -> None:
         ("flush.ms", "-1"),
         ("message.timestamp.type", "Foo"),
         ("message.timestamp.type", "createtime"),  # Kafka's check is case-sensitive
+        ("cleanup.policy", ""),
+        ("cleanup.policy", "compact,"),
+        ("cleanup.policy", "Compact"),
+        ("cleanup.policy", "retain"),
+        ("delete.retention.ms", "-1"),
+        ("min.compaction.lag.ms", "-1"),
+        ("max.compaction.lag.ms", "0"),
+        ("min.cleanable.dirty.ratio", "1.5"),
+        ("min.cleanable.dirty.ratio", "-0.1"),
+        ("min.cleanable.dirty.ratio", "nan"),
+        ("min.cleanable.dirty.ratio", "half"),
     ],
 )
 def test_bad_values_raise_config_error_naming_the_property(name: str, value: str) -> None:
