@@ -21,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from broker import apis_admin, apis_data
+from broker import apis_admin, apis_data, apis_group, apis_group_admin
 from broker.apis_common import (
     INVALID_RECORD,
     UNKNOWN_SERVER_ERROR,
@@ -61,6 +61,18 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     32: (1, 4),  # DescribeConfigs (kio has no v0)
     37: (0, 3),  # CreatePartitions
     60: (0, 1),  # DescribeCluster
+    # The group coordinator (classic protocol).
+    8: (2, 9),  # OffsetCommit
+    9: (1, 9),  # OffsetFetch
+    10: (0, 4),  # FindCoordinator
+    11: (0, 9),  # JoinGroup
+    12: (0, 4),  # Heartbeat
+    13: (0, 5),  # LeaveGroup
+    14: (0, 5),  # SyncGroup
+    15: (0, 5),  # DescribeGroups
+    16: (0, 5),  # ListGroups
+    42: (0, 2),  # DeleteGroups
+    47: (0, 0),  # OffsetDelete
 }
 
 PRODUCE_KEY = 0
@@ -91,6 +103,17 @@ class KafkaApis:
             32: (apis_admin.handle_describe_configs, apis_admin.describe_configs_error),
             37: (apis_admin.handle_create_partitions, apis_admin.create_partitions_error),
             60: (apis_admin.handle_describe_cluster, apis_admin.describe_cluster_error),
+            8: (apis_group_admin.handle_offset_commit, apis_group_admin.offset_commit_error),
+            9: (apis_group_admin.handle_offset_fetch, apis_group_admin.offset_fetch_error),
+            10: (apis_group.handle_find_coordinator, apis_group.find_coordinator_error),
+            11: (apis_group.handle_join_group, apis_group.join_group_error),
+            12: (apis_group.handle_heartbeat, apis_group.heartbeat_error),
+            13: (apis_group.handle_leave_group, apis_group.leave_group_error),
+            14: (apis_group.handle_sync_group, apis_group.sync_group_error),
+            15: (apis_group_admin.handle_describe_groups, apis_group_admin.describe_groups_error),
+            16: (apis_group_admin.handle_list_groups, apis_group_admin.list_groups_error),
+            42: (apis_group_admin.handle_delete_groups, apis_group_admin.delete_groups_error),
+            47: (apis_group_admin.handle_offset_delete, apis_group_admin.offset_delete_error),
         }
 
     async def handle(self, frame: bytes) -> Response:

@@ -16,6 +16,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from broker.apis_common import (
+    INTERNAL_TOPICS,
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
     LEADER_NOT_AVAILABLE,
@@ -170,7 +171,7 @@ def _describe_topic(image: MetadataImage, name: str, live: set[int], v: int) -> 
         "error_code": 0,
         "name": name,
         "topic_id": topic_uuid(topic.topic_id),
-        "is_internal": False,
+        "is_internal": name in INTERNAL_TOPICS,
         "partitions": partitions,
         "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
     }

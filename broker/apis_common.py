@@ -30,6 +30,9 @@ INVALID_RECORD = 87
 UNKNOWN_TOPIC_ID = 100
 MISMATCHED_ENDPOINT_TYPE = 114
 
+# Topics only the broker itself writes (Kafka's Topic.isInternal).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+
 # A framed response: bytes, a list of buffers and FileSlices, or None (no response).
 Response = bytes | list[Any] | None
 

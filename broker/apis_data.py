@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from broker.apis_common import (
     FETCH_SESSION_ID_NOT_FOUND,
+    INTERNAL_TOPICS,
     INVALID_FETCH_SESSION_EPOCH,
     INVALID_RECORD,
     INVALID_REQUEST,
     INVALID_REQUIRED_ACKS,
+    INVALID_TOPIC_EXCEPTION,
     KAFKA_STORAGE_ERROR,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -101,6 +103,9 @@ async def handle_produce(apis: KafkaApis, header: RequestHeader, body: Any) -> R
                 slot[1] = ProduceResult(INVALID_REQUIRED_ACKS, error_message=f"acks={acks}")
             elif topic is None or p.index not in topic.partitions:
                 slot[1] = ProduceResult(UNKNOWN_TOPIC_OR_PARTITION)
+            elif t.name in INTERNAL_TOPICS:  # only the group coordinator writes there
+                why = f"cannot append to internal topic {t.name}"
+                slot[1] = ProduceResult(INVALID_TOPIC_EXCEPTION, error_message=why)
             else:
                 slot[1] = check_produce_records(p.records)
                 if slot[1] is None:

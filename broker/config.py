@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.group.coordinator import GroupConfig
 from storage.config import ConfigError, LogConfig
 from storage.log_manager import LogManagerConfig
 from storage.properties import read_properties
@@ -60,6 +61,18 @@ DEFAULTS: dict[str, str | None] = {
     "num.recovery.threads.per.data.dir": "2",
     "log.retention.check.interval.ms": "300000",
     "log.flush.offset.checkpoint.interval.ms": "60000",
+    # The group coordinator and __consumer_offsets.
+    "offsets.topic.num.partitions": "50",
+    "offsets.topic.replication.factor": "3",
+    "offsets.topic.segment.bytes": "104857600",
+    "offsets.commit.timeout.ms": "5000",
+    "offsets.retention.minutes": "10080",
+    "offsets.retention.check.interval.ms": "600000",
+    "offset.metadata.max.bytes": "4096",
+    "group.min.session.timeout.ms": "6000",
+    "group.max.session.timeout.ms": "1800000",
+    "group.initial.rebalance.delay.ms": "3000",
+    "group.max.size": "2147483647",
 }
 
 
@@ -101,6 +114,10 @@ class BrokerConfig:
     hw_checkpoint_interval_ms: int = 5000
     request_timeout_ms: int = 30000
     controlled_shutdown_timeout_ms: int = 30000
+    group_config: GroupConfig = field(default_factory=GroupConfig)
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_segment_bytes: int = 104857600
+    offsets_commit_timeout_ms: int = 5000
     # The properties as given (after overrides), for DescribeConfigs.
     properties: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -309,7 +326,31 @@ def from_properties(props: Mapping[str, str]) -> BrokerConfig:
         hw_checkpoint_interval_ms=_int(props, "replica.high.watermark.checkpoint.interval.ms", 1),
         request_timeout_ms=_int(props, "request.timeout.ms", 1),
         controlled_shutdown_timeout_ms=_int(props, "controlled.shutdown.timeout.ms", 0),
+        group_config=_group_config(props),
+        offsets_topic_replication_factor=_int(props, "offsets.topic.replication.factor", 1, 32_767),
+        offsets_topic_segment_bytes=_int(props, "offsets.topic.segment.bytes", 1),
+        offsets_commit_timeout_ms=_int(props, "offsets.commit.timeout.ms", 1),
         properties=dict(props),
+    )
+
+
+def _group_config(props: Mapping[str, str]) -> GroupConfig:
+    low = _int(props, "group.min.session.timeout.ms", 1)
+    high = _int(props, "group.max.session.timeout.ms", 1)
+    if low > high:
+        raise ConfigError(
+            f"group.min.session.timeout.ms ({low}) must not exceed "
+            f"group.max.session.timeout.ms ({high})"
+        )
+    return GroupConfig(
+        num_partitions=_int(props, "offsets.topic.num.partitions", 1, 100_000),
+        min_session_timeout_ms=low,
+        max_session_timeout_ms=high,
+        initial_rebalance_delay_ms=_int(props, "group.initial.rebalance.delay.ms", 0),
+        max_size=_int(props, "group.max.size", 1),
+        offsets_retention_ms=_int(props, "offsets.retention.minutes", 1, 2**31 - 1) * 60_000,
+        retention_check_interval_ms=_int(props, "offsets.retention.check.interval.ms", 1),
+        offset_metadata_max_bytes=_int(props, "offset.metadata.max.bytes", 0),
     )
 
 

@@ -28,6 +28,7 @@ import contextlib
 import logging
 import struct
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 from broker.codec import CloseConnection
@@ -48,6 +49,10 @@ DEFAULT_IDLE_MS = 600000  # connections.max.idle.ms
 SENDFILE_MIN_BYTES = 768 << 10
 
 _SIZE = struct.Struct(">i")
+
+# The client's address as Kafka shows it ("/127.0.0.1"), for the request being handled
+# (each connection is its own task, so its handler calls see their own value).
+client_host: ContextVar[str] = ContextVar("client_host", default="")
 
 RequestHandler = Callable[[bytes], Awaitable[Any]]
 
@@ -117,6 +122,8 @@ class KafkaServer:
             writer.close()
             return
         self._connections.add(task)
+        if isinstance(peer, tuple) and peer:
+            client_host.set(f"/{peer[0]}")
         try:
             await self._connection(reader, writer, peer)
         except (ConnectionError, OSError) as e:

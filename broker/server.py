@@ -19,12 +19,19 @@ import logging
 from broker.alter_partition import AlterPartitionManager
 from broker.apis import KafkaApis
 from broker.config import BrokerConfig
-from broker.controller_channel import ControllerChannel, ControllerError, ControllerUnavailable
+from broker.controller_channel import (
+    ControllerChannel,
+    ControllerError,
+    ControllerUnavailable,
+    MetadataUpdate,
+)
 from broker.fetcher import FetcherConfig, FetcherManager
+from broker.group.manager import OFFSETS_TOPIC, GroupCoordinator
 from broker.network import KafkaServer
 from broker.replica_manager import ReplicaManager
 from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
 from metadata_log.controller_api import (
+    CreatableTopic,
     CreatableTopicResult,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -80,7 +87,13 @@ class BrokerServer:
             config, self.log_manager, fetchers=self.fetchers, alter_partitions=self.alter_partitions
         )
         self.fetchers.target = self.replica_manager
-        self.channel.set_on_update(self.replica_manager.apply_update)
+        self.groups = GroupCoordinator(
+            config.group_config,
+            self.replica_manager,
+            self._create_offsets_topic,
+            config.offsets_commit_timeout_ms,
+        )
+        self.channel.set_on_update(self._apply_update)
         self.auto_create_topics_enable = config.auto_create_topics_enable
         self.listener: KafkaServer | None = None
         self._stop_tasks = asyncio.Event()
@@ -106,6 +119,7 @@ class BrokerServer:
             max_request_bytes=self.config.socket_request_max_bytes,
         )
         await self.listener.start()
+        self.groups.start()
         self._tasks = [
             asyncio.create_task(
                 self.log_manager.run(self._stop_tasks, self.replica_manager.high_watermark),
@@ -135,6 +149,7 @@ class BrokerServer:
             with contextlib.suppress(Exception):
                 await self.listener.close()
             self.listener = None
+        await self.groups.shutdown()
         await self.fetchers.shutdown()
         await self.alter_partitions.shutdown()
         self.replica_manager.shutdown()
@@ -148,6 +163,33 @@ class BrokerServer:
                 await self.replica_manager.checkpoint_high_watermarks()
             await asyncio.to_thread(self.log_manager.shutdown)
             self._logs_open = False
+
+    async def _apply_update(self, update: MetadataUpdate) -> None:
+        await self.replica_manager.apply_update(update)
+        self.groups.on_metadata()  # loads or drops the groups of offsets partitions
+
+    async def _create_offsets_topic(self) -> None:
+        """__consumer_offsets on first use, compacted, as Kafka creates it."""
+        cfg = self.config
+        topic = CreatableTopic(
+            name=OFFSETS_TOPIC,
+            num_partitions=cfg.group_config.num_partitions,
+            replication_factor=cfg.offsets_topic_replication_factor,
+            configs={
+                "cleanup.policy": "compact",
+                "segment.bytes": str(cfg.offsets_topic_segment_bytes),
+            },
+        )
+        resp = await self.create_topics(CreateTopicsRequest(topics=[topic]))
+        for r in resp.topics:
+            if r.error_code not in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS):
+                log.warning(
+                    "cannot create %s (offsets.topic.replication.factor=%d): error %d %s",
+                    OFFSETS_TOPIC,
+                    cfg.offsets_topic_replication_factor,
+                    r.error_code,
+                    r.error_message or "",
+                )
 
     # -- BrokerRuntime: metadata -------------------------------------------------------------
 

@@ -74,6 +74,9 @@ def partition_for(group_id: str, num_partitions: int) -> int:
 class GroupCoordinatorCore(OffsetsMixin[T], Generic[T]):
     def __init__(self, config: GroupConfig, new_member_id: Callable[[str], str]) -> None:
         self.config = config
+        # The partition count of __consumer_offsets: the config's until the topic exists
+        # (then the shell sets what it really has, as Kafka does).
+        self.num_partitions = config.num_partitions
         self.groups: dict[str, Group[T]] = {}
         # Partitions we coordinate: partition -> loaded (False while loading).
         self.owned: dict[int, bool] = {}
@@ -87,7 +90,7 @@ class GroupCoordinatorCore(OffsetsMixin[T], Generic[T]):
     # -- ownership -----------------------------------------------------------------------------
 
     def partition_for(self, group_id: str) -> int:
-        return partition_for(group_id, self.config.num_partitions)
+        return partition_for(group_id, self.num_partitions)
 
     def check(self, group_id: str) -> int:
         """NONE when we coordinate the group now, else the error to answer."""

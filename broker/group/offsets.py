@@ -162,8 +162,7 @@ class OffsetsMixin(Generic[T]):
                 return [Reply(token, m.PartitionResults(m.NON_EMPTY_GROUP))]
             subscribed = topics
         results = {
-            tp: m.GROUP_SUBSCRIBED_TO_TOPIC if tp[0] in subscribed else m.NONE
-            for tp in partitions
+            tp: m.GROUP_SUBSCRIBED_TO_TOPIC if tp[0] in subscribed else m.NONE for tp in partitions
         }
         gone = {tp: g.offsets[tp] for tp, c in results.items() if c == m.NONE and tp in g.offsets}
         if not gone:

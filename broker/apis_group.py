@@ -1,0 +1,205 @@
+"""Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
+
+Each handler turns the request (any supported version: fields a version lacks are
+read with defaults) into calls on the group coordinator and describes the answer
+once, as plain data, for every version (`build` keeps the fields a version has).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from broker.apis_common import INVALID_REQUEST, Response, to_ms
+from broker.codec import RequestHeader, encode_response
+from broker.group import messages as gm
+from broker.group.manager import OFFSETS_TOPIC
+from broker.network import client_host
+
+if TYPE_CHECKING:
+    from broker.apis import KafkaApis
+    from broker.group.manager import GroupCoordinator
+
+FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP = 10, 8, 9, 11
+HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 12, 13, 14, 15, 16
+DELETE_GROUPS, OFFSET_DELETE = 42, 47
+COORDINATOR_NOT_AVAILABLE = gm.COORDINATOR_NOT_AVAILABLE
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+NO_AUTHORIZED_OPERATIONS = -(2**31)
+
+
+def _groups(apis: KafkaApis) -> GroupCoordinator:
+    return apis.runtime.groups  # type: ignore[attr-defined, no-any-return]
+
+
+def _answer(key: int, header: RequestHeader, body: dict[str, Any]) -> Response:
+    return encode_response(key, header.api_version, header.correlation_id, body)
+
+
+# -- FindCoordinator -----------------------------------------------------------------------------
+
+
+def _coordinator(apis: KafkaApis, key: str, key_type: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
+    if key_type == TRANSACTION_KEY:
+        return {**out, "error_code": COORDINATOR_NOT_AVAILABLE, "error_message": "no transactions"}
+    if key_type != GROUP_KEY or not key:
+        return {**out, "error_code": INVALID_REQUEST, "error_message": "not a group id"}
+    groups = _groups(apis)
+    topic = apis.runtime.image().topic_by_name(OFFSETS_TOPIC)
+    if topic is None:
+        groups.ensure_offsets_topic()
+        return {**out, "error_code": COORDINATOR_NOT_AVAILABLE, "error_message": None}
+    reg = topic.partitions.get(groups.core.partition_for(key))
+    endpoint = apis.runtime.advertised_endpoint(reg.leader) if reg and reg.leader >= 0 else None
+    if reg is None or endpoint is None:
+        return {**out, "error_code": COORDINATOR_NOT_AVAILABLE, "error_message": None}
+    host, port = endpoint
+    return {**out, "error_code": 0, "error_message": None, "node_id": reg.leader} | {
+        "host": host,
+        "port": port,
+    }
+
+
+async def handle_find_coordinator(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+    key_type = getattr(body, "key_type", GROUP_KEY)
+    if header.api_version >= 4:
+        found = [_coordinator(apis, k, key_type) for k in body.coordinator_keys]
+        return _answer(FIND_COORDINATOR, header, {"throttle_time": 0, "coordinators": found})
+    found = _coordinator(apis, body.key, key_type)
+    return _answer(FIND_COORDINATOR, header, {"throttle_time": 0, **found})
+
+
+def find_coordinator_error(header: RequestHeader, body: Any, code: int) -> Response:
+    keys = list(body.coordinator_keys) if header.api_version >= 4 else [body.key]
+    found = [{"key": k, "node_id": -1, "host": "", "port": -1, "error_code": code} for k in keys]
+    body_out = {"throttle_time": 0, "coordinators": found, **found[0]}
+    return _answer(FIND_COORDINATOR, header, body_out)
+
+
+# -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ---------------------------------------------------
+
+
+async def handle_join_group(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+    v = header.api_version
+    session = to_ms(body.session_timeout)
+    req = gm.JoinRequest(
+        body.group_id,
+        body.member_id,
+        getattr(body, "group_instance_id", None),
+        header.client_id or "",
+        client_host.get(),
+        session,
+        to_ms(body.rebalance_timeout) if v >= 1 else session,
+        body.protocol_type,
+        [(p.name, bytes(p.metadata)) for p in body.protocols],
+        require_known_member_id=v >= 4,
+    )
+    core = _groups(apis).core
+    r: gm.JoinResult = await _groups(apis).call(lambda t, now: core.join(t, req, now))
+    return _join_answer(header, r)
+
+
+def _join_answer(header: RequestHeader, r: gm.JoinResult) -> Response:
+    nullable = header.api_version >= 7
+    return _answer(
+        JOIN_GROUP,
+        header,
+        {
+            "throttle_time": 0,
+            "error_code": r.error_code,
+            "generation_id": r.generation_id,
+            "protocol_type": r.protocol_type,
+            "protocol_name": r.protocol_name if nullable else r.protocol_name or "",
+            "leader": r.leader,
+            "skip_assignment": r.skip_assignment,
+            "member_id": r.member_id,
+            "members": [
+                {"member_id": mid, "group_instance_id": inst, "metadata": meta}
+                for mid, inst, meta in r.members
+            ],
+        },
+    )
+
+
+def join_group_error(header: RequestHeader, body: Any, code: int) -> Response:
+    return _join_answer(header, gm.JoinResult(code, body.member_id))
+
+
+async def handle_sync_group(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+    req = gm.SyncRequest(
+        body.group_id,
+        body.generation_id,
+        body.member_id,
+        getattr(body, "group_instance_id", None),
+        getattr(body, "protocol_type", None),
+        getattr(body, "protocol_name", None),
+        [(a.member_id, bytes(a.assignment)) for a in body.assignments],
+    )
+    core = _groups(apis).core
+    r: gm.SyncResult = await _groups(apis).call(lambda t, now: core.sync(t, req, now))
+    return _sync_answer(header, r)
+
+
+def _sync_answer(header: RequestHeader, r: gm.SyncResult) -> Response:
+    return _answer(
+        SYNC_GROUP,
+        header,
+        {
+            "throttle_time": 0,
+            "error_code": r.error_code,
+            "protocol_type": r.protocol_type,
+            "protocol_name": r.protocol_name,
+            "assignment": r.assignment,
+        },
+    )
+
+
+def sync_group_error(header: RequestHeader, body: Any, code: int) -> Response:
+    return _sync_answer(header, gm.SyncResult(code))
+
+
+async def handle_heartbeat(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+    core = _groups(apis).core
+    instance = getattr(body, "group_instance_id", None)
+    code = await _groups(apis).call(
+        lambda t, now: core.heartbeat(
+            t, body.group_id, body.member_id, instance, body.generation_id, now
+        )
+    )
+    return heartbeat_error(header, body, code)
+
+
+def heartbeat_error(header: RequestHeader, body: Any, code: int) -> Response:
+    return _answer(HEARTBEAT, header, {"throttle_time": 0, "error_code": code})
+
+
+async def handle_leave_group(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+    v = header.api_version
+    if v >= 3:
+        members = [(x.member_id, x.group_instance_id) for x in body.members]
+    else:
+        members = [(body.member_id, None)]
+    core = _groups(apis).core
+    r: gm.LeaveResult = await _groups(apis).call(
+        lambda t, now: core.leave(t, body.group_id, members, now)
+    )
+    code = r.error_code
+    if v < 3 and code == gm.NONE and r.members:
+        code = r.members[0][2]  # one member: its error is the answer's
+    return _answer(
+        LEAVE_GROUP,
+        header,
+        {
+            "throttle_time": 0,
+            "error_code": code,
+            "members": [
+                {"member_id": mid, "group_instance_id": inst, "error_code": c}
+                for mid, inst, c in r.members
+            ],
+        },
+    )
+
+
+def leave_group_error(header: RequestHeader, body: Any, code: int) -> Response:
+    return _answer(LEAVE_GROUP, header, {"throttle_time": 0, "error_code": code, "members": []})

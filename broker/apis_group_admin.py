@@ -1,0 +1,236 @@
+"""Group APIs about offsets and groups as a whole: OffsetCommit, OffsetFetch,
+OffsetDelete, ListGroups, DescribeGroups, DeleteGroups (see `apis_group`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from broker.apis_common import UNKNOWN_TOPIC_OR_PARTITION, Response
+from broker.apis_group import _answer, _groups
+from broker.codec import RequestHeader
+from broker.group import messages as gm
+from broker.group.group import GroupState
+
+if TYPE_CHECKING:
+    from broker.apis import KafkaApis
+
+OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS = 8, 9, 15, 16
+DELETE_GROUPS, OFFSET_DELETE = 42, 47
+NO_AUTHORIZED_OPERATIONS = -(2**31)
+TP = tuple[str, int]
+
+
+def _known(apis: KafkaApis, topic: str, partition: int) -> bool:
+    t = apis.runtime.image().topic_by_name(topic)
+    return t is not None and partition in t.partitions
+
+
+def _by_topic(codes: dict[TP, int]) -> list[dict[str, Any]]:
+    topics: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for (topic, p), code in codes.items():
+        topics[topic].append({"partition_index": p, "error_code": code})
+    return [{"name": t, "partitions": ps} for t, ps in topics.items()]
+
+
+# -- OffsetCommit --------------------------------------------------------------------------------
+
+
+async def handle_offset_commit(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+    codes: dict[TP, int] = {}
+    offsets: list[gm.OffsetCommit] = []
+    for t in body.topics:
+        for p in t.partitions:
+            if not _known(apis, t.name, p.partition_index):
+                codes[(t.name, p.partition_index)] = UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            offsets.append(
+                gm.OffsetCommit(
+                    t.name,
+                    p.partition_index,
+                    p.committed_offset,
+                    getattr(p, "committed_leader_epoch", -1),
+                    p.committed_metadata,
+                )
+            )
+            codes[(t.name, p.partition_index)] = gm.NONE  # keeps the request's order
+    if offsets:
+        req = gm.CommitRequest(
+            body.group_id,
+            body.generation_id_or_member_epoch,
+            body.member_id,
+            getattr(body, "group_instance_id", None),
+            offsets,
+        )
+        core = _groups(apis).core
+        r: gm.PartitionResults = await _groups(apis).call(lambda t, now: core.commit(t, req, now))
+        codes.update(r.partitions)
+    return _answer(OFFSET_COMMIT, header, {"throttle_time": 0, "topics": _by_topic(codes)})
+
+
+def offset_commit_error(header: RequestHeader, body: Any, code: int) -> Response:
+    codes = {(t.name, p.partition_index): code for t in body.topics for p in t.partitions}
+    return _answer(OFFSET_COMMIT, header, {"throttle_time": 0, "topics": _by_topic(codes)})
+
+
+# -- OffsetFetch ---------------------------------------------------------------------------------
+
+
+def _fetch_group(apis: KafkaApis, group_id: str, topics: Any) -> tuple[int, list[dict[str, Any]]]:
+    wanted = None
+    if topics is not None:
+        wanted = [(t.name, p) for t in topics for p in t.partition_indexes]
+    code, found = _groups(apis).core.fetch_offsets(group_id, wanted)
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    if code != gm.NONE:
+        found = dict.fromkeys(wanted or [])
+    for (topic, p), v in found.items():
+        out[topic].append(
+            {
+                "partition_index": p,
+                "committed_offset": v.offset if v else -1,
+                "committed_leader_epoch": v.leader_epoch if v else -1,
+                "metadata": v.metadata if v else "",
+                "error_code": code,
+            }
+        )
+    return code, [{"name": t, "partitions": ps} for t, ps in out.items()]
+
+
+async def handle_offset_fetch(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+    if header.api_version >= 8:
+        groups = []
+        for g in body.groups:
+            code, topics = _fetch_group(apis, g.group_id, g.topics)
+            groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
+        return _answer(OFFSET_FETCH, header, {"throttle_time": 0, "groups": groups})
+    code, topics = _fetch_group(apis, body.group_id, body.topics)
+    return _answer(OFFSET_FETCH, header, {"throttle_time": 0, "topics": topics, "error_code": code})
+
+
+def offset_fetch_error(header: RequestHeader, body: Any, code: int) -> Response:
+    if header.api_version >= 8:
+        groups = [{"group_id": g.group_id, "topics": [], "error_code": code} for g in body.groups]
+        return _answer(OFFSET_FETCH, header, {"throttle_time": 0, "groups": groups})
+    return _answer(OFFSET_FETCH, header, {"throttle_time": 0, "topics": [], "error_code": code})
+
+
+# -- OffsetDelete, DeleteGroups ------------------------------------------------------------------
+
+
+async def handle_offset_delete(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+    codes: dict[TP, int] = {}
+    wanted: list[TP] = []
+    for t in body.topics:
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            known = _known(apis, *tp)
+            codes[tp] = gm.NONE if known else UNKNOWN_TOPIC_OR_PARTITION
+            if known:
+                wanted.append(tp)
+    core = _groups(apis).core
+    r: gm.PartitionResults = await _groups(apis).call(
+        lambda t, _now: core.delete_offsets(t, body.group_id, wanted)
+    )
+    if r.error_code != gm.NONE:
+        return offset_delete_error(header, body, r.error_code)
+    codes.update(r.partitions)
+    return _answer(
+        OFFSET_DELETE, header, {"error_code": 0, "throttle_time": 0, "topics": _by_topic(codes)}
+    )
+
+
+def offset_delete_error(header: RequestHeader, body: Any, code: int) -> Response:
+    return _answer(OFFSET_DELETE, header, {"error_code": code, "throttle_time": 0, "topics": []})
+
+
+async def handle_delete_groups(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+    groups, core = _groups(apis), _groups(apis).core
+    names = list(dict.fromkeys(body.groups_names))
+    codes = await asyncio.gather(
+        *(groups.call(lambda t, _now, g=g: core.delete_group(t, g)) for g in names)
+    )
+    results = [{"group_id": g, "error_code": c} for g, c in zip(names, codes, strict=True)]
+    return _answer(DELETE_GROUPS, header, {"throttle_time": 0, "results": results})
+
+
+def delete_groups_error(header: RequestHeader, body: Any, code: int) -> Response:
+    results = [{"group_id": g, "error_code": code} for g in body.groups_names]
+    return _answer(DELETE_GROUPS, header, {"throttle_time": 0, "results": results})
+
+
+# -- ListGroups, DescribeGroups ------------------------------------------------------------------
+
+
+async def handle_list_groups(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+    core = _groups(apis).core
+    states = {s.lower() for s in getattr(body, "states_filter", ())}
+    types = {t.lower() for t in getattr(body, "types_filter", ())}
+    loading = any(not loaded for loaded in core.owned.values())
+    listed = [
+        {
+            "group_id": g.group_id,
+            "protocol_type": g.protocol_type or "",
+            "group_state": g.state.value,
+            "group_type": "classic",
+        }
+        for g in core.groups.values()
+        if core.owned.get(g.partition)
+        and (not states or g.state.value.lower() in states)
+        and (not types or "classic" in types)
+    ]
+    code = gm.COORDINATOR_LOAD_IN_PROGRESS if loading else gm.NONE
+    return _answer(LIST_GROUPS, header, {"throttle_time": 0, "error_code": code, "groups": listed})
+
+
+def list_groups_error(header: RequestHeader, body: Any, code: int) -> Response:
+    return _answer(LIST_GROUPS, header, {"throttle_time": 0, "error_code": code, "groups": []})
+
+
+def _describe(apis: KafkaApis, group_id: str) -> dict[str, Any]:
+    core = _groups(apis).core
+    out: dict[str, Any] = {
+        "error_code": core.check(group_id),
+        "group_id": group_id,
+        "group_state": GroupState.DEAD.value,
+        "protocol_type": "",
+        "protocol_data": "",
+        "members": [],
+        "authorized_operations": NO_AUTHORIZED_OPERATIONS,
+    }
+    g = core.groups.get(group_id)
+    if out["error_code"] != gm.NONE or g is None:
+        return out
+    stable = g.state == GroupState.STABLE
+    out.update(
+        group_state=g.state.value,
+        protocol_type=g.protocol_type or "",
+        protocol_data=(g.protocol_name or "") if stable else "",
+        members=[
+            {
+                "member_id": x.member_id,
+                "group_instance_id": x.group_instance_id,
+                "client_id": x.client_id,
+                "client_host": x.client_host,
+                "member_metadata": x.metadata(g.protocol_name) if stable else b"",
+                "member_assignment": x.assignment if stable else b"",
+            }
+            for x in g.members.values()
+        ],
+    )
+    return out
+
+
+async def handle_describe_groups(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+    described = [_describe(apis, g) for g in body.groups]
+    return _answer(DESCRIBE_GROUPS, header, {"throttle_time": 0, "groups": described})
+
+
+def describe_groups_error(header: RequestHeader, body: Any, code: int) -> Response:
+    described = [
+        {"error_code": code, "group_id": g, "group_state": "", "protocol_type": "",
+         "protocol_data": "", "members": [], "authorized_operations": NO_AUTHORIZED_OPERATIONS}
+        for g in body.groups
+    ]  # fmt: skip
+    return _answer(DESCRIBE_GROUPS, header, {"throttle_time": 0, "groups": described})

@@ -1,0 +1,220 @@
+"""The group coordinator's asyncio shell: moves requests, time, appends and leadership
+changes into the sans-I/O core (`coordinator.py`) and carries its intents out.
+
+- A request becomes a future handed to the core as its token; the core answers it
+  now, or later (JoinGroup and SyncGroup wait for the rebalance).
+- `Append` intents become one record batch each, produced to `__consumer_offsets`
+  with acks=all through the replica manager (the normal replication path); appends
+  are started in the order the core asked, so the log keeps that order.
+- One timer task sleeps until the core's next deadline (or until an event may have
+  moved it) and runs `tick`.
+- After every metadata update: for each partition of `__consumer_offsets` we now
+  lead (or lead in a new epoch) the core loads its groups from the log; for each we
+  stopped leading it drops them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from broker.group import messages as msg
+from broker.group.coordinator import GroupConfig, GroupCoordinatorCore
+from broker.group.messages import Append, Out, Reply
+from broker.hosted import HostedPartition
+from broker.runtime import ProduceResult
+from metadata_log.image import MetadataImage
+from storage.log_types import OffsetOutOfRangeError
+from storage.record_batch import iter_batches
+from storage.records import Record, build_batch, decode_batch
+
+log = logging.getLogger("broker.group")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+_LOAD_CHUNK = 1 << 20
+
+Token = asyncio.Future[Any]
+
+
+class Replicas(Protocol):
+    def image(self) -> MetadataImage: ...
+    def partition(self, topic: str, partition: int) -> HostedPartition | None: ...
+    async def produce(
+        self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int
+    ) -> ProduceResult: ...
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        config: GroupConfig,
+        replicas: Replicas,
+        create_offsets_topic: Callable[[], Awaitable[None]],
+        commit_timeout_ms: int = 5000,
+    ) -> None:
+        self.core: GroupCoordinatorCore[Token] = GroupCoordinatorCore(
+            config, new_member_id=lambda prefix: f"{prefix}-{uuid.uuid4()}"
+        )
+        self._replicas = replicas
+        self._create_offsets_topic = create_offsets_topic
+        self._commit_timeout_ms = commit_timeout_ms
+        self._led: dict[int, int] = {}  # offsets partition -> leader epoch we loaded at
+        self._loads: dict[int, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._timer: asyncio.Task[None] | None = None
+        self._creating: asyncio.Task[None] | None = None
+        self.appends = 0
+        self.append_failures = 0
+
+    # -- requests ------------------------------------------------------------------------------
+
+    async def call(self, op: Callable[[Token, int], list[Out[Token]]]) -> Any:
+        """Run one core operation with a fresh future as its token; await the answer."""
+        fut: Token = asyncio.get_running_loop().create_future()
+        self._process(op(fut, now_ms()))
+        return await fut
+
+    def ensure_offsets_topic(self) -> None:
+        """Create __consumer_offsets on first use (FindCoordinator), once at a time."""
+        if self._creating is None or self._creating.done():
+            self._creating = self._spawn(self._create_offsets_topic(), "create-offsets-topic")
+
+    def _spawn(self, coro: Awaitable[None], name: str) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _process(self, outs: list[Out[Token]]) -> None:
+        for o in outs:
+            if isinstance(o, Reply):
+                if not o.token.done():
+                    o.token.set_result(o.result)
+            else:
+                self._spawn(self._write(o), "group-append")
+        self._wake.set()  # deadlines may have moved
+
+    async def _write(self, a: Append) -> None:
+        batch = build_batch([Record(value=v, key=k) for k, v in a.records], now_ms=now_ms())
+        self.appends += 1
+        try:
+            result = await self._replicas.produce(
+                OFFSETS_TOPIC, a.partition, batch, -1, self._commit_timeout_ms
+            )
+            code = result.error_code
+        except Exception:
+            log.exception("append to %s-%d failed", OFFSETS_TOPIC, a.partition)
+            code = msg.UNKNOWN_SERVER_ERROR
+        if code != msg.NONE:
+            self.append_failures += 1
+            log.info("append to %s-%d failed: error %d", OFFSETS_TOPIC, a.partition, code)
+        self._process(self.core.on_append_done(a.write_id, code, now_ms()))
+
+    # -- timers --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._timer = asyncio.create_task(self._run_timer(), name="group-timer")
+
+    async def _run_timer(self) -> None:
+        while True:
+            deadline = self.core.next_deadline_ms()
+            wait = 1.0 if deadline is None else max(0.0, (deadline - now_ms()) / 1000)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(wait, 60.0)):
+                    await self._wake.wait()
+            try:
+                self._process(self.core.tick(now_ms()))
+            except Exception:  # never let one bad group stop every group's timers
+                log.exception("group coordinator tick failed")
+
+    async def shutdown(self) -> None:
+        tasks = [t for t in (self._timer, *self._loads.values(), *self._tasks) if t is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._timer = None
+        for p in list(self._led):
+            self._process(self.core.unload(p))
+        self._led.clear()
+
+    # -- leadership ----------------------------------------------------------------------------
+
+    def on_metadata(self) -> None:
+        """After the replica manager applied a metadata update: load the offsets
+        partitions we now lead, drop those we no longer lead."""
+        topic = self._replicas.image().topic_by_name(OFFSETS_TOPIC)
+        if topic is not None:
+            self.core.num_partitions = len(topic.partitions)
+        partitions = set(topic.partitions) if topic is not None else set()
+        for p in sorted(partitions | set(self._led)):
+            h = self._replicas.partition(OFFSETS_TOPIC, p)
+            leading = h is not None and h.core.is_leader and p in partitions
+            epoch = h.core.leader_epoch if leading and h is not None else None
+            if epoch is not None and self._led.get(p) != epoch:
+                self._led[p] = epoch
+                self._cancel_load(p)
+                self._process(self.core.begin_load(p))
+                self._loads[p] = asyncio.create_task(self._load(p), name=f"group-load-{p}")
+            elif epoch is None and p in self._led:
+                del self._led[p]
+                self._cancel_load(p)
+                self._process(self.core.unload(p))
+                log.info("no longer coordinating %s-%d", OFFSETS_TOPIC, p)
+
+    def _cancel_load(self, p: int) -> None:
+        task = self._loads.pop(p, None)
+        if task is not None:
+            task.cancel()
+
+    async def _load(self, p: int) -> None:
+        h = self._replicas.partition(OFFSETS_TOPIC, p)
+        if h is None:
+            return
+        started = time.monotonic()
+        records: list[tuple[bytes | None, bytes | None]] = []
+        lg = h.log
+        offset, end = lg.log_start_offset, lg.log_end_offset
+        try:
+            while offset < end:
+                data = lg.read(offset, _LOAD_CHUNK)
+                raw = data.records.read() if hasattr(data.records, "read") else data.records
+                if not raw:
+                    break
+                moved = False
+                for view in iter_batches(memoryview(bytes(raw))):
+                    if view.next_offset <= offset or view.is_control:
+                        continue
+                    for r in decode_batch(view).records:
+                        records.append((r.key, r.value))
+                    offset, moved = view.next_offset, True
+                if not moved:
+                    break
+                await asyncio.sleep(0)  # let requests in between chunks
+        except (OffsetOutOfRangeError, ValueError, OSError) as exc:
+            log.warning("loading %s-%d stopped at offset %d: %r", OFFSETS_TOPIC, p, offset, exc)
+        self._loads.pop(p, None)
+        bad = self.core.load(p, records, now_ms())
+        self._wake.set()
+        log.info(
+            "loaded %s-%d: %d records to offset %d in %.0f ms%s",
+            OFFSETS_TOPIC,
+            p,
+            len(records),
+            offset,
+            (time.monotonic() - started) * 1000,
+            f", {bad} unreadable" if bad else "",
+        )

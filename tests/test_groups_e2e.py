@@ -1,0 +1,177 @@
+"""Consumer groups with real clients against 3 controllers + 3 brokers (processes).
+
+For each client (confluent-kafka, kafka-python, aiokafka): members of one group share
+a 6-partition topic (3 members: 2 partitions each), commit after processing, one
+member leaves and its partitions go to the others, more records arrive, everyone
+stops, and a new member resumes from the committed offsets. Across all of it no record
+is lost and none is consumed twice. Then the broker coordinating a group is SIGKILLed
+while its members consume: the group moves to the new leader of its
+__consumer_offsets partition, the committed offsets survive and consumption goes on.
+
+Every wait is a condition under a deadline; failures carry the node logs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.cluster_procs import ProcCluster, wait_for
+from tests.group_clients import Consumed, Member
+
+PARTITIONS = 6
+BROKER_PROPS = {
+    "offsets.topic.num.partitions": "6",
+    "group.initial.rebalance.delay.ms": "300",
+    "broker.session.timeout.ms": "6000",
+    "broker.heartbeat.interval.ms": "500",
+}
+_values = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcCluster]:
+    with ProcCluster(Path(tmp_path_factory.mktemp("groups")), broker_props=BROKER_PROPS) as c:
+        c.start()
+        yield c
+
+
+def create_topic(c: ProcCluster, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 3)])[topic].result(30)
+
+
+def produce(c: ProcCluster, topic: str, n: int) -> set[bytes]:
+    p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "enable.idempotence": True})
+    values = {f"v{next(_values)}".encode() for _ in range(n)}
+    for i, v in enumerate(sorted(values)):
+        p.produce(topic, key=str(i).encode(), value=v)
+    assert p.flush(30) == 0, "records left unacknowledged"
+    return values
+
+
+def all_consumed(members: list[Member]) -> list[Consumed]:
+    return [r for m in members for r in m.snapshot()[1]]
+
+
+def wait_consumed(c: ProcCluster, members: list[Member], values: set[bytes], what: str) -> None:
+    def probe() -> bool | None:
+        for m in members:
+            assert not [e for e in m.errors if not e.startswith("commit")], (m.name, m.errors)
+        got = {v for _, _, v in all_consumed(members)}
+        return values <= got or None
+
+    def report() -> str:
+        got = {v for _, _, v in all_consumed(members)}
+        states = [(m.name, sorted(m.snapshot()[0]), len(m.snapshot()[1]), m.errors[-3:])
+                  for m in members]  # fmt: skip
+        return f"missing {len(values - got)} of {len(values)}; members {states}\n{c.logs()}"
+
+    wait_for(probe, 60, what, report)
+
+
+def wait_assignment(c: ProcCluster, members: list[Member], per_member: int) -> None:
+    def probe() -> bool | None:
+        owned = [m.snapshot()[0] for m in members]
+        union = set().union(*owned)
+        ok = all(len(o) == per_member for o in owned) and union == set(range(PARTITIONS))
+        return ok or None
+
+    wait_for(probe, 60, f"{len(members)} members owning {per_member} partitions each", c.logs)
+
+
+def assert_once(members: list[Member]) -> None:
+    counts = Counter((p, o) for p, o, _ in all_consumed(members))
+    twice = [k for k, n in counts.items() if n > 1]
+    assert not twice, f"consumed twice: {twice[:10]}"
+
+
+@pytest.mark.parametrize("kind", ["ck", "kp", "aio"])
+def test_group_shares_rebalances_on_leave_and_resumes_from_commits(
+    cluster: ProcCluster, kind: str
+) -> None:
+    topic, group = f"share-{kind}", f"group-{kind}"
+    create_topic(cluster, topic)
+    sent = produce(cluster, topic, 300)
+    members = [
+        Member(kind, cluster.bootstrap, group, topic, f"{kind}-{i}").start() for i in range(3)
+    ]
+    everyone = list(members)
+    try:
+        wait_assignment(cluster, members, 2)
+        wait_consumed(cluster, members, sent, "the first records")
+        members.pop().stop()  # leaves the group: its two partitions move
+        wait_assignment(cluster, members, 3)
+        sent |= produce(cluster, topic, 200)
+        wait_consumed(cluster, everyone, sent, "the records after the rebalance")
+    finally:
+        for m in members:
+            m.stop()
+    sent_later = produce(cluster, topic, 100)
+    fresh = Member(kind, cluster.bootstrap, group, topic, f"{kind}-new").start()
+    everyone.append(fresh)
+    try:
+        wait_assignment(cluster, [fresh], PARTITIONS)
+        wait_consumed(cluster, [fresh], sent_later, "the records after the restart")
+    finally:
+        fresh.stop()
+    assert {v for _, _, v in fresh.snapshot()[1]} == sent_later, "it did not resume at the commits"
+    assert_once(everyone)
+    assert {v for _, _, v in all_consumed(everyone)} == sent | sent_later
+
+
+def committed(c: ProcCluster, group: str, topic: str) -> dict[int, int]:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    req = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(6)])]
+    result = admin.list_consumer_group_offsets(req)[group].result(30)
+    return {tp.partition: tp.offset for tp in result.topic_partitions}
+
+
+def coordinator(c: ProcCluster, group: str) -> int:
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    desc = admin.describe_consumer_groups([group])[group].result(30)
+    return int(desc.coordinator.id)
+
+
+def test_group_survives_a_sigkill_of_its_coordinator(cluster: ProcCluster) -> None:
+    topic, group = "coord-kill", "group-coord-kill"
+    create_topic(cluster, topic)
+    sent = produce(cluster, topic, 300)
+    members = [
+        Member("ck", cluster.bootstrap, group, topic, f"ck-kill-{i}").start() for i in range(3)
+    ]
+    try:
+        wait_assignment(cluster, members, 2)
+        wait_consumed(cluster, members, sent, "the records before the kill")
+
+        def all_committed() -> dict[int, int] | None:
+            offsets = committed(cluster, group, topic)
+            return offsets if sum(offsets.values()) >= 300 else None
+
+        before = wait_for(all_committed, 30, "every record's commit", cluster.logs)
+        victim = coordinator(cluster, group)
+        cluster.kill_broker(victim)
+        sent |= produce(cluster, topic, 200)
+        wait_consumed(cluster, members, sent, "the records after the coordinator died")
+        moved = wait_for(
+            lambda: n if (n := coordinator(cluster, group)) != victim else None,
+            60,
+            "a new coordinator",
+            cluster.logs,
+        )
+        after = committed(cluster, group, topic)
+        assert moved != victim
+        assert all(after[p] >= before[p] for p in range(PARTITIONS)), (before, after)
+    finally:
+        for m in members:
+            m.stop()
+        if victim >= 0:
+            cluster.restart_broker(victim)
