@@ -272,3 +272,21 @@ def test_records_are_kafkas_formats() -> None:
     v = OffsetValue(42, 7, "meta", 1_700_000_000_000)
     raw = encode_offset_value(v)
     assert raw[:2] == b"\x00\x03" and decode_offset_value(raw) == v
+
+
+def test_a_generation_is_stored_before_it_is_handed_out_and_reloads_as_a_rebalance() -> None:
+    """The members hear of a generation only once its record is appended; a
+    coordinator that loads it without the leader's assignment makes them join again,
+    so a generation id is never handed out twice."""
+    h = Harness()
+    h.hold = True
+    t, a = h.join_until_member(G)
+    assert t not in h.answers  # the record of generation 1 is in flight
+    h.release()
+    assert result(h, t).generation_id == 1
+    h.hold = False
+    assert h.move(partition_for(G, 4)) == 0
+    g = h.core.groups[G]
+    assert g.state == GroupState.PREPARING_REBALANCE and g.generation_id == 1
+    assert h.heartbeat(G, a, 1) == m.REBALANCE_IN_PROGRESS
+    assert result(h, h.join(G, member_id=a)).generation_id == 2

@@ -232,6 +232,10 @@ class GroupCoordinatorCore(OffsetsMixin[T], Generic[T]):
         if g.state == PREPARING:
             self._update_member(g, mem, token, req, out)
             self._maybe_complete_join(g, now_ms, out)
+        elif g.state == COMPLETING and unchanged and mem.join_answer is not None:
+            # Asked again while its generation is being stored: answer this one then.
+            out.append(Reply(mem.join_answer, m.JoinResult(m.REBALANCE_IN_PROGRESS, member_id)))
+            mem.join_answer = token
         elif g.state == COMPLETING and unchanged:
             # Its JoinGroup answer was lost: the same answer again.
             out.append(Reply(token, self._join_result(g, mem, mem.member_id == g.leader_id)))
@@ -350,11 +354,33 @@ class GroupCoordinatorCore(OffsetsMixin[T], Generic[T]):
         g.rebalance_deadline_ms = now_ms + g.rebalance_timeout_ms()
         g.awaiting_sync = set(g.members)
         for mem in g.members.values():
-            token = mem.join_token
-            mem.join_token = None
+            mem.join_answer, mem.join_token = mem.join_token, None
             mem.is_new = False
             mem.last_heartbeat_ms = now_ms
-            out.append(Reply(token, self._join_result(g, mem, mem.member_id == g.leader_id)))
+            mem.assignment = b""
+        generation = g.generation_id
+
+        # The new generation is stored before anyone hears of it (Kafka stores it only
+        # with the assignment): a coordinator that takes over then never hands out a
+        # generation id again, and a group loaded without assignments rebalances.
+        def stored(code: int, now: int) -> list[Out[T]]:
+            done: list[Out[T]] = []
+            if self.groups.get(g.group_id) is not g or g.generation_id != generation:
+                return done
+            if code != m.NONE:
+                for x in g.members.values():
+                    self._fail_waiting(x, m.write_error(code, offsets=False), done)
+                if g.state == COMPLETING:
+                    self._prepare_rebalance(g, now, done)
+                return done
+            for x in g.members.values():
+                if x.join_answer is not None:
+                    result = self._join_result(g, x, x.member_id == g.leader_id)
+                    done.append(Reply(x.join_answer, result))
+                    x.join_answer = None
+            return done
+
+        out.append(self._store_group(g, stored))
 
     def _remove_member(self, g: Group[T], mem: Member[T], out: list[Out[T]]) -> None:
         self._fail_waiting(mem, m.UNKNOWN_MEMBER_ID, out)
@@ -382,9 +408,10 @@ class GroupCoordinatorCore(OffsetsMixin[T], Generic[T]):
 
     @staticmethod
     def _fail_waiting(mem: Member[Any], code: int, out: list[Out[Any]]) -> None:
-        if mem.join_token is not None:
-            out.append(Reply(mem.join_token, m.JoinResult(code, mem.member_id)))
-            mem.join_token = None
+        for token in (mem.join_token, mem.join_answer):
+            if token is not None:
+                out.append(Reply(token, m.JoinResult(code, mem.member_id)))
+        mem.join_token = mem.join_answer = None
         if mem.sync_token is not None:
             out.append(Reply(mem.sync_token, m.SyncResult(code)))
             mem.sync_token = None
@@ -570,7 +597,7 @@ class GroupCoordinatorCore(OffsetsMixin[T], Generic[T]):
             return not mem.is_new or (
                 now_ms < mem.last_heartbeat_ms + self.config.new_member_join_timeout_ms
             )
-        if mem.sync_token is not None:
+        if mem.sync_token is not None or mem.join_answer is not None:
             return True
         return now_ms < mem.last_heartbeat_ms + mem.session_timeout_ms
 
@@ -582,7 +609,7 @@ class GroupCoordinatorCore(OffsetsMixin[T], Generic[T]):
                 times.append(g.rebalance_deadline_ms)
             times.extend(g.pending_members.values())
             for mem in g.members.values():
-                if not mem.awaiting_join and mem.sync_token is None:
+                if not mem.awaiting_join and mem.sync_token is None and mem.join_answer is None:
                     times.append(mem.last_heartbeat_ms + mem.session_timeout_ms)
                 elif mem.is_new:
                     times.append(mem.last_heartbeat_ms + self.config.new_member_join_timeout_ms)

@@ -39,6 +39,7 @@ class Member(Generic[T]):
     protocols: list[tuple[str, bytes]]  # (name, metadata) in the member's preference order
     assignment: bytes = b""
     join_token: T | None = None  # a JoinGroup waiting for the rebalance to complete
+    join_answer: T | None = None  # a completed JoinGroup waiting for its generation's record
     sync_token: T | None = None  # a SyncGroup waiting for the leader's assignment
     last_heartbeat_ms: int = 0
     is_new: bool = False  # joined in the current rebalance, not yet given a generation
@@ -189,8 +190,16 @@ class Group(Generic[T]):
             )
             if mv.group_instance_id is not None:
                 g.static_members[mv.group_instance_id] = mv.member_id
-        state = GroupState.STABLE if g.members else GroupState.EMPTY
-        g.transition(state, v.current_state_timestamp if v.current_state_timestamp >= 0 else now_ms)
+        since = v.current_state_timestamp if v.current_state_timestamp >= 0 else now_ms
+        if not g.members:
+            g.transition(GroupState.EMPTY, since)
+        elif any(not x.assignment for x in g.members.values()):
+            # Its last generation was stored before the leader's assignment: the members
+            # must join again (they hear REBALANCE_IN_PROGRESS on their next heartbeat).
+            g.transition(GroupState.PREPARING_REBALANCE, now_ms)
+            g.rebalance_deadline_ms = now_ms + g.rebalance_timeout_ms()
+        else:
+            g.transition(GroupState.STABLE, since)
         return g
 
 
