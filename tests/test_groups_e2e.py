@@ -14,16 +14,21 @@ Every wait is a condition under a deadline; failures carry the node logs.
 from __future__ import annotations
 
 import itertools
+import struct
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.index import load_request_schema
 
+from broker.codec_schema import build
 from tests.cluster_procs import ProcCluster, wait_for
 from tests.group_clients import Consumed, Member
+from tests.test_broker_wire import RawClient, encode_request
 
 PARTITIONS = 6
 BROKER_PROPS = {
@@ -175,3 +180,82 @@ def test_group_survives_a_sigkill_of_its_coordinator(cluster: ProcCluster) -> No
             m.stop()
         if victim >= 0:
             cluster.restart_broker(victim)
+
+
+def raw_call(host: str, port: int, api_key: int, version: int, body: dict[str, Any]) -> Any:
+    client = RawClient(host, port)
+    try:
+        return client.call(api_key, version, build(load_request_schema(api_key, version), body))
+    finally:
+        client.close()
+
+
+def test_stale_and_malformed_group_requests_get_kafkas_errors(cluster: ProcCluster) -> None:
+    group = "raw-group"
+    create_topic(cluster, "raw-topic")
+    any_host, any_port = cluster.bootstrap.split(",")[0].rsplit(":", 1)
+
+    def find() -> Any:
+        r = raw_call(any_host, int(any_port), 10, 4, {"key_type": 0, "coordinator_keys": [group]})
+        c = r.coordinators[0]
+        return c if c.error_code == 0 else None
+
+    coord = wait_for(find, 30, "the group's coordinator", cluster.logs)
+    host, port = coord.host, coord.port
+
+    def call(api_key: int, version: int, body: dict[str, Any]) -> Any:
+        return raw_call(host, port, api_key, version, body)
+
+    join = {"group_id": group, "session_timeout": 10_000, "rebalance_timeout": 10_000,
+            "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b"\x00\x00\x00\x00\x00\x00"}]}  # fmt: skip
+    first = call(11, 5, join)
+    assert first.error_code == 79 and first.member_id  # MEMBER_ID_REQUIRED (KIP-394)
+    joined = call(11, 5, {**join, "member_id": first.member_id})
+    assert joined.error_code == 0 and joined.leader == first.member_id
+    me, gen = joined.member_id, joined.generation_id
+    assert call(11, 5, {**join, "session_timeout": 10}).error_code == 26  # INVALID_SESSION_TIMEOUT
+    hb = {"group_id": group, "generation_id": gen, "member_id": me, "group_instance_id": None}
+    assert call(12, 4, {**hb, "member_id": "nobody"}).error_code == 25  # UNKNOWN_MEMBER_ID
+    assert call(12, 4, {**hb, "generation_id": gen + 1}).error_code == 22  # ILLEGAL_GENERATION
+    sync = {**hb, "protocol_type": "consumer", "protocol_name": "range",
+            "assignments": [{"member_id": me, "assignment": b"mine"}]}  # fmt: skip
+    assert call(14, 5, {**sync, "generation_id": gen - 1}).error_code == 22
+    synced = call(14, 5, sync)
+    assert synced.error_code == 0 and synced.assignment == b"mine"
+    assert call(12, 4, hb).error_code == 0
+
+    def commit(**over: Any) -> dict[tuple[str, int], int]:
+        topics = [{"name": t, "partitions": [{"partition_index": 0, "committed_offset": 5,
+                   "committed_leader_epoch": -1, "committed_metadata": ""}]}
+                  for t in ("raw-topic", "no-such-topic")]  # fmt: skip
+        body = {"group_id": group, "generation_id_or_member_epoch": gen, "member_id": me,
+                "group_instance_id": None, "topics": topics, **over}  # fmt: skip
+        r = call(8, 8, body)
+        return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
+
+    assert commit(generation_id_or_member_epoch=gen + 1)[("raw-topic", 0)] == 22
+    assert commit(member_id="nobody")[("raw-topic", 0)] == 25
+    assert commit() == {("raw-topic", 0): 0, ("no-such-topic", 0): 3}
+    fetched = call(9, 8, {"groups": [{"group_id": group, "topics": None}], "require_stable": False})
+    [t] = fetched.groups[0].topics
+    assert (t.name, t.partitions[0].committed_offset) == ("raw-topic", 5)
+    # Another broker is not the coordinator.
+    other = next(b for b in cluster.brokers if b.node_id != coord.node_id)
+    assert raw_call("127.0.0.1", other.port, 12, 4, hb).error_code == 16  # NOT_COORDINATOR
+    # A truncated frame closes that connection; the coordinator goes on serving.
+    bad = RawClient(host, port)
+    frame = encode_request(11, 5, build(load_request_schema(11, 5), join))
+    bad.send(struct.pack(">i", 12) + frame[4:16])
+    assert bad.is_closed_by_peer()
+    bad.close()
+    assert call(12, 4, hb).error_code == 0
+    # Nobody but the coordinator writes __consumer_offsets.
+    produced = call(0, 9, {"transactional_id": None, "acks": -1, "timeout": 5000,
+                           "topic_data": [{"name": "__consumer_offsets", "partition_data": [
+                               {"index": 0, "records": None}]}]})  # fmt: skip
+    assert produced.responses[0].partition_responses[0].error_code in (17, 87)
+    left = call(13, 5, {"group_id": group, "members": [{"member_id": me, "group_instance_id": None,
+                                                        "reason": None}]})  # fmt: skip
+    assert left.error_code == 0 and left.members[0].error_code == 0
+    assert call(12, 4, hb).error_code == 25
