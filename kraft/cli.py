@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kraft import client_cli, metadata_cli
+from kraft import client_cli, groups_cli, metadata_cli
 from storage.record_batch import RecordBatchError, validate_batch
 from storage.records import decode_batch
 
@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ctl.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     metadata_cli.add_parser(sub)
     client_cli.add_parsers(sub)
+    groups_cli.add_parser(sub)
     # `dev` and `broker` parse their own options (see kraft/dev.py and broker/main.py).
     sub.add_parser("dev", help="run a local cluster (3 controllers, 3 brokers)", add_help=False)
     sub.add_parser("broker", help="run a Kafka-protocol broker", add_help=False)
@@ -85,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         from broker import main as broker_main
 
         return broker_main.main(rest)
-    if args.command in ("dump-log", "metadata", "controller", *client_cli.COMMANDS) and _unknown:
+    known = ("dump-log", "metadata", "controller", *client_cli.COMMANDS, *groups_cli.COMMANDS)
+    if args.command in known and _unknown:
         parser.error(f"unrecognized arguments: {' '.join(_unknown)}")
     if args.command == "dump-log":
         return _dump_log(args)
@@ -93,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         return metadata_cli.run(args)
     if args.command in client_cli.COMMANDS:
         return client_cli.run(args)
+    if args.command in groups_cli.COMMANDS:
+        return groups_cli.run(args)
     if args.command == "controller":
         from kraft import controller_main  # imported late: it pulls in pysyncobj and aiohttp
 
