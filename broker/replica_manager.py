@@ -89,6 +89,7 @@ class ReplicaManager:
         self._clock_ms = clock_ms
         self._image = MetadataImage()
         self._partitions: dict[TP, HostedPartition] = {}
+        self._file_work: asyncio.Future[int] | None = None  # a metadata update's file step
         self._checkpointed_hw = log_manager.read_high_watermarks()
 
     # -- reads of the state ------------------------------------------------------------------
@@ -150,8 +151,12 @@ class ReplicaManager:
             await self.fetchers.remove_partitions(deletes | {pl.tp for pl in heavy})
         # 2. file work, in a thread
         failed = 0
+        # Shielded: if the update is cancelled (shutdown), the thread still runs to the
+        # end, and `wait_file_work` lets shutdown wait for it before closing the logs.
+        work = asyncio.ensure_future(asyncio.to_thread(self._prepare_files, deletes, heavy, new))
+        self._file_work = work
         try:
-            failed = await asyncio.to_thread(self._prepare_files, deletes, heavy, new)
+            failed = await asyncio.shield(work)
         finally:
             # 3. install the new roles
             self._install(deletes, plans, heavy, new)
@@ -502,6 +507,14 @@ class ReplicaManager:
                 await self.checkpoint_high_watermarks()
             except OSError as exc:
                 log.error("HW checkpoint failed: %r", exc)
+
+    async def wait_file_work(self) -> None:
+        """Wait for a metadata update's file work still running in its thread (it may
+        be creating logs: the log manager must not close them underneath it)."""
+        work = self._file_work
+        if work is not None and not work.done():
+            with contextlib.suppress(Exception):
+                await work
 
     def shutdown(self) -> None:
         """Fail what waits (the listener is closed by now)."""

@@ -158,6 +158,7 @@ class BrokerServer:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.channel.stop()
+        await self.replica_manager.wait_file_work()
         if self._logs_open:
             with contextlib.suppress(OSError):
                 await self.replica_manager.checkpoint_high_watermarks()
