@@ -186,12 +186,19 @@ class RecordBatchView:
 
 
 def validate_batch(
-    buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None
+    buf: bytes | bytearray | memoryview,
+    pos: int = 0,
+    end: int | None = None,
+    *,
+    compacted: bool = False,
 ) -> RecordBatchView:
     """Check the batch at `pos` and return a view of it, or raise a RecordBatchError.
 
     Checks sizes, magic, CRC32C, attributes and record-count bounds: everything the
-    broker can check without decoding records.
+    broker can check without decoding records. With `compacted` (batches already in a
+    log: recovery, replication), a batch may hold fewer records than its offset range:
+    the log cleaner keeps a rebuilt batch's base and last offsets, as Kafka's does, so
+    producer sequence numbers survive compaction. A produce is always checked strictly.
     """
     if end is None:
         end = len(buf)
@@ -243,7 +250,7 @@ def validate_batch(
         raise InvalidRecordError(
             f"record count {count} is impossible for a {payload}-byte record payload"
         )
-    if last_offset_delta != count - 1:
+    if last_offset_delta != count - 1 and not (compacted and last_offset_delta > count - 1):
         raise InvalidRecordError(
             f"last offset delta {last_offset_delta} does not match record count {count}"
         )
@@ -251,12 +258,16 @@ def validate_batch(
 
 
 def validate_records(
-    buf: bytes | bytearray | memoryview, *, allow_partial_tail: bool = False
+    buf: bytes | bytearray | memoryview,
+    *,
+    allow_partial_tail: bool = False,
+    compacted: bool = False,
 ) -> list[RecordBatchView]:
     """Validate every batch in a records blob (one produce partition, one fetch answer).
 
     With `allow_partial_tail`, a trailing incomplete batch (as a fetch may return) is
     dropped instead of refused; the caller sees it as `sum(b.size) < len(buf)`.
+    `compacted`: see `validate_batch`.
     """
     views: list[RecordBatchView] = []
     pos = 0
@@ -266,7 +277,7 @@ def validate_records(
     while pos < end:
         if allow_partial_tail and _is_partial(buf, pos, end):
             break
-        view = validate_batch(buf, pos, end)
+        view = validate_batch(buf, pos, end, compacted=compacted)
         views.append(view)
         pos += view.size
     return views

@@ -15,7 +15,9 @@ from crc32c import crc32c
 
 from storage.compression import Compression, compress, decompress
 from storage.record_batch import (
+    COMPRESSION_MASK,
     CONTROL_MASK,
+    DELETE_HORIZON_MASK,
     HEADER_SIZE,
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
@@ -112,12 +114,82 @@ def build_batch(
     if now_ms is None:
         now_ms = int(time.time() * 1000)
     stamps = [now_ms if r.timestamp is None else r.timestamp for r in records]
+    attributes = int(compression)
+    if log_append_time:
+        attributes |= TIMESTAMP_TYPE_MASK
+    if is_transactional:
+        attributes |= TRANSACTIONAL_MASK
+    if is_control:
+        attributes |= CONTROL_MASK
+    return _encode_batch(
+        records,
+        stamps,
+        range(len(records)),
+        base_offset=base_offset,
+        last_offset_delta=len(records) - 1,
+        base_timestamp=stamps[0],
+        max_timestamp=max(stamps),
+        attributes=attributes,
+        partition_leader_epoch=partition_leader_epoch,
+        producer=(producer_id, producer_epoch, base_sequence),
+    )
+
+
+def rebuild_batch(
+    original: RecordBatchView, retained: Sequence[Record], delete_horizon_ms: int | None
+) -> bytes:
+    """The log cleaner's copy of `original` holding only `retained` (decoded from it).
+
+    As Kafka's MemoryRecords.filterTo: the base and last offsets, producer id, epoch and
+    base sequence, partition leader epoch, attributes and codec stay; records keep their
+    offsets and timestamps. With a delete horizon (KIP-534) the batch is flagged and its
+    base timestamp field holds the horizon; record timestamps stay right because they are
+    stored as deltas from that field.
+    """
+    if not retained:
+        raise ValueError("a rebuilt batch needs at least one record")
+    base = original.base_offset
+    attributes = original.attributes & ~DELETE_HORIZON_MASK
+    if original.is_log_append_time:
+        stamps = [original.max_timestamp] * len(retained)
+    else:
+        stamps = [r.timestamp if r.timestamp is not None else -1 for r in retained]
     base_ts = stamps[0]
+    if delete_horizon_ms is not None:
+        attributes |= DELETE_HORIZON_MASK
+        base_ts = delete_horizon_ms
+    return _encode_batch(
+        retained,
+        stamps,
+        [r.offset - base for r in retained],
+        base_offset=base,
+        last_offset_delta=original.last_offset_delta,
+        base_timestamp=base_ts,
+        max_timestamp=original.max_timestamp if original.is_log_append_time else max(stamps),
+        attributes=attributes,
+        partition_leader_epoch=original.partition_leader_epoch,
+        producer=(original.producer_id, original.producer_epoch, original.base_sequence),
+    )
+
+
+def _encode_batch(
+    records: Sequence[Record],
+    stamps: Sequence[int],
+    offset_deltas: Iterable[int],
+    *,
+    base_offset: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    attributes: int,
+    partition_leader_epoch: int,
+    producer: tuple[int, int, int],
+) -> bytes:
     body = bytearray()
-    for delta, (rec, ts) in enumerate(zip(records, stamps, strict=True)):
+    for rec, ts, delta in zip(records, stamps, offset_deltas, strict=True):
         rec_out = bytearray()
         rec_out.append(0)  # record attributes: unused
-        write_varint(rec_out, ts - base_ts)
+        write_varint(rec_out, ts - base_timestamp)
         write_varint(rec_out, delta)
         _write_bytes(rec_out, rec.key)
         _write_bytes(rec_out, rec.value)
@@ -127,22 +199,13 @@ def build_batch(
             _write_bytes(rec_out, hval)
         write_varint(body, len(rec_out))
         body += rec_out
-    payload = compress(compression, bytes(body))
-    attributes = int(compression)
-    if log_append_time:
-        attributes |= TIMESTAMP_TYPE_MASK
-    if is_transactional:
-        attributes |= TRANSACTIONAL_MASK
-    if is_control:
-        attributes |= CONTROL_MASK
+    payload = compress(attributes & COMPRESSION_MASK, bytes(body))
     after_crc = _AFTER_CRC.pack(
         attributes,
-        len(records) - 1,
-        base_ts,
-        max(stamps),
-        producer_id,
-        producer_epoch,
-        base_sequence,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        *producer,
         len(records),
     )
     crc = crc32c(after_crc + payload)

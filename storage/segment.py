@@ -319,7 +319,7 @@ class LogSegment:
                 if len(buf) < size:
                     break
             try:
-                view = validate_batch(buf, rel, rel + size)
+                view = validate_batch(buf, rel, rel + size, compacted=True)
             except RecordBatchError:
                 break
             if view.base_offset < next_offset or view.last_offset - self.base_offset > (

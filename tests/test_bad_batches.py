@@ -222,15 +222,26 @@ def test_bad_record_count_is_invalid(
 @pytest.mark.parametrize("delta", [-1, 0, 2, 2**31 - 1], ids=lambda d: f"delta={d}")
 def test_last_offset_delta_not_matching_count_is_invalid(log: Log, delta: int) -> None:
     data = good_batch(base_offset=2)  # 2 records: lastOffsetDelta must be 1
+    # A follower takes a range wider than the count: a compacted batch keeps its base and
+    # last offsets (Kafka's cleaner does this too); a produce never may.
+    compacted = delta > 1
     assert_refused(
         log, patch(data, ">i", LAST_OFFSET_DELTA, delta, fix_crc=True),
-        InvalidRecordError, INVALID_RECORD,
+        InvalidRecordError, INVALID_RECORD, follower=not compacted,
     )
     assert_refused(
         log, patch(data, ">i", LAST_OFFSET_DELTA, delta, fix_crc=False),
         CorruptRecordError, CORRUPT_MESSAGE,
     )
     assert_good_append_works(log)
+    if compacted:
+        leo = log.log_end_offset
+        info = log.append_as_follower(
+            patch(data, ">q", 0, leo, fix_crc=False)[:8]
+            + patch(data, ">i", LAST_OFFSET_DELTA, delta, fix_crc=True)[8:]
+        )
+        assert info is not None and (info.first_offset, info.last_offset) == (leo, leo + delta)
+        assert log.log_end_offset == leo + delta + 1
 
 
 @pytest.mark.parametrize("codec_id", [5, 6, 7])
