@@ -2,7 +2,7 @@
 
 Format (CheckpointFile.java): a version line, a count line, then one entry per line.
 - offset checkpoints (`recovery-point-offset-checkpoint`, `replication-offset-checkpoint`,
-  `log-start-offset-checkpoint`): "topic partition offset"
+  `log-start-offset-checkpoint`, `cleaner-offset-checkpoint`): "topic partition offset"
 - `leader-epoch-checkpoint`: "epoch startOffset"
 - `partition.metadata`: "version: 0" and "topic_id: <base64 uuid>"
 """
@@ -21,6 +21,7 @@ T = TypeVar("T")
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"  # first dirty offset per log
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 

@@ -16,13 +16,13 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from storage.checkpoint import LEADER_EPOCH_CHECKPOINT
+from storage.checkpoint import LEADER_EPOCH_CHECKPOINT, fsync_dir
 from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
-from storage.log_loader import load_log
+from storage.log_loader import SWAP_SUFFIX, load_log
 from storage.log_types import (
     FetchDataInfo,
     LogAppendInfo,
@@ -96,16 +96,20 @@ class Log:
             max(log_start_offset, self._segments[0].base_offset), self.log_end_offset
         )
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        # The cleaner's first dirty offset (`cleaner-offset-checkpoint`): below it the log was
+        # compacted. None: never cleaned. The LogManager loads, moves and writes it.
+        self.cleaner_checkpoint: int | None = None
 
     # -- loading and recovery ----------------------------------------------------------------
 
-    def _new_segment(self, base_offset: int) -> LogSegment:
+    def _new_segment(self, base_offset: int, suffix: str = "") -> LogSegment:
         return LogSegment(
             self.dir,
             base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
             max_index_size=self.config.segment_index_bytes,
             created_ms=self._clock(),
+            suffix=suffix,
         )
 
     # -- properties --------------------------------------------------------------------------
@@ -405,6 +409,8 @@ class Log:
             self._leo = self._segments[-1].next_offset()
             self.leader_epoch_cache.truncate_from_end(self._leo)
             self.recovery_point = min(self.recovery_point, self._leo)
+            if self.cleaner_checkpoint is not None:  # Kafka's maybeTruncateCheckpoint
+                self.cleaner_checkpoint = min(self.cleaner_checkpoint, self._leo)
             self.log_start_offset = min(self.log_start_offset, self._leo)
             return True
 
@@ -421,6 +427,7 @@ class Log:
             self.leader_epoch_cache.clear()
             self.log_start_offset = offset
             self.recovery_point = offset
+            self.cleaner_checkpoint = None
 
     def delete_records_before(self, offset: int) -> bool:
         """Move the log start offset up to `offset` (DeleteRecords); drops whole segments.
@@ -450,6 +457,11 @@ class Log:
         with self._lock:
             self._check_open()
             hw = self._leo if high_watermark is None else high_watermark
+            if not self.config.delete:
+                # cleanup.policy=compact: as in Kafka, retention.ms and retention.bytes do
+                # not apply; only segments wholly below the log start offset go.
+                start = min(hw, self.log_start_offset)
+                return self._delete_segments_while(lambda seg, nb: nb <= start)
             now = self._clock()
             retention_ms = self.config.retention_ms
             deleted = 0
@@ -492,6 +504,75 @@ class Log:
         self.log_start_offset = max(self.log_start_offset, self._bases[0])
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         return doomed
+
+    # -- compaction (see storage/cleaner.py) -------------------------------------------------
+
+    def segments_snapshot(self) -> list[tuple[LogSegment, int, int]]:
+        """(segment, size, base offset of the next segment or the LEO) for every segment,
+        read together under the lock: the cleaner plans from it, and `replace_segments`
+        checks that what it cleaned is still there, unchanged."""
+        with self._lock:
+            self._check_open()
+            ends = [*self._bases[1:], self._leo]
+            return [(seg, seg.size, end) for seg, end in zip(self._segments, ends, strict=True)]
+
+    def replace_segments(self, old: Sequence[tuple[LogSegment, int]], new: LogSegment) -> bool:
+        """Swap `new`, a cleaned segment written and fsynced beside the log (`.cleaned`
+        files), in for the consecutive segments `old`, given with the sizes it was made from.
+
+        False, with nothing changed, when `old` is no longer in the log as it was (truncated,
+        deleted, replaced meanwhile): the caller then deletes `new`. `new` starts at the
+        first old segment's base and ends where the last one ends, so segments stay
+        contiguous. Takes the lock and only renames and unlinks files, so it is short;
+        callable from any thread. Crash safety as in Kafka: `.cleaned` -> `.swap` (the
+        commit: from here the loader completes the swap), old files deleted, `.swap` ->
+        final names. The LEO, log start offset, recovery point and epochs do not change.
+        """
+        with self._lock:
+            self._check_open()
+            segs = [seg for seg, _ in old]
+            i = self._find_unchanged(old)
+            if i is None:
+                return False
+            end = segs[-1].next_offset()
+            if new.base_offset != segs[0].base_offset or new.next_offset() != end:
+                raise ValueError(f"{new} does not cover exactly the offsets of {segs}")
+            new.change_suffix(SWAP_SUFFIX)
+            fsync_dir(self.dir)  # the commit point is durable before any old file goes
+            self._segments[i : i + len(segs)] = [new]
+            self._bases[i : i + len(segs)] = [new.base_offset]
+            # Closed like segments deleted by retention (their FileSlices die with them).
+            for seg in segs:
+                seg.close()
+                if seg.base_offset != new.base_offset:
+                    seg.delete()  # the first one's files are replaced by the renames below
+            new.change_suffix("")
+            fsync_dir(self.dir)
+            return True
+
+    def set_cleaner_checkpoint(
+        self, offset: int, cleaned: Sequence[tuple[LogSegment, int]]
+    ) -> bool:
+        """Move the cleaner checkpoint to `offset`, unless the last segments cleaned (with
+        their sizes) changed meanwhile: a truncation there must win (it lowered it)."""
+        with self._lock:
+            if self._closed or self._find_unchanged(cleaned) is None:
+                return False
+            self.cleaner_checkpoint = offset
+            return True
+
+    def _find_unchanged(self, old: Sequence[tuple[LogSegment, int]]) -> int | None:
+        """Where the consecutive segments `old` are in the log, if still there at these sizes."""
+        first = old[0][0]
+        i = next((k for k, seg in enumerate(self._segments) if seg is first), None)
+        if i is None:
+            return None
+        current = self._segments[i : i + len(old)]
+        if len(current) != len(old) or any(
+            a is not b or a.size != size for a, (b, size) in zip(current, old, strict=False)
+        ):
+            return None
+        return i
 
     # -- durability and lifecycle ------------------------------------------------------------
 

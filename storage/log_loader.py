@@ -5,6 +5,10 @@ Mirrors Kafka's LogLoader. Segments past the recovery point are rescanned batch 
 there. Segments are contiguous (each starts where the previous one ends), so a segment
 that ends short of the next one's base lost its tail, and everything after it goes too:
 the log that remains is always a prefix of what was written.
+
+A swap the log cleaner had committed (a `.log.swap` file exists) is completed first, as
+Kafka's LogLoader does; files of an unfinished cleaning (`.cleaned`) are deleted. The
+cleaner keeps segments contiguous too: a cleaned segment ends where its originals did.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from storage.segment import (
 
 log = logging.getLogger(__name__)
 
-LEFTOVER_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+CLEANED_SUFFIX = ".cleaned"  # a segment the cleaner is still writing
+SWAP_SUFFIX = ".swap"  # a cleaned segment, whole and fsynced, committed to replace others
+LEFTOVER_SUFFIXES = (".tmp", ".deleted", CLEANED_SUFFIX, SWAP_SUFFIX)
 
 
 @dataclass(slots=True)
@@ -38,13 +44,15 @@ class LoadedLog:
 
 def load_log(
     directory: Path,
-    new_segment: Callable[[int], LogSegment],
+    new_segment: Callable[..., LogSegment],
     *,
     recovery_point: int,
     had_clean_shutdown: bool,
     max_batch_size: int,
     epoch_cache: LeaderEpochCache,
 ) -> LoadedLog:
+    """`new_segment(base, suffix="")` opens (or creates) one segment's files."""
+    complete_swaps(directory, lambda base: new_segment(base, SWAP_SUFFIX), max_batch_size)
     segments = [new_segment(base) for base in _segment_bases(directory)]
     if not segments:
         segments.append(new_segment(max(0, recovery_point)))
@@ -69,6 +77,47 @@ def load_log(
                     note_epoch(view)
         epoch_cache.flush()
     return LoadedLog(segments, leo, recovery_point)
+
+
+def complete_swaps(
+    directory: Path, open_swap: Callable[[int], LogSegment], max_batch_size: int
+) -> None:
+    """Finish swaps a crash cut short. A `<base>.log.swap` was written whole and fsynced
+    before it got that name, so it replaces every segment whose base offset lies in
+    [base, its next offset): those files go, then the .swap files take their final names.
+    Each step can be repeated, so a crash in here is finished by the next load."""
+    tail = LOG_SUFFIX + SWAP_SUFFIX
+    for path in sorted(directory.glob(f"*{tail}")):
+        stem = path.name[: -len(tail)]
+        if not stem.isdigit():
+            continue
+        swap = open_swap(int(stem))
+        try:
+            if swap.offset_index.was_missing or swap.time_index.was_missing:
+                swap.recover(max_batch_size)  # its indexes were not renamed yet: rebuild
+            first, end = swap.base_offset, swap.next_offset()
+            for old in directory.iterdir():
+                base = _segment_file_base(old.name)
+                if base is not None and first <= base < end:
+                    old.unlink(missing_ok=True)
+            log.warning(
+                "completing the swap of cleaned segment %s (offsets %d to %d)",
+                path,
+                first,
+                end,
+                extra={"segment": str(path), "base_offset": first, "end_offset": end},
+            )
+            swap.change_suffix("")
+        finally:
+            swap.close()
+
+
+def _segment_file_base(name: str) -> int | None:
+    """The base offset of a segment's `.log`, `.index` or `.timeindex` file, else None."""
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        if name.endswith(suffix) and name[: -len(suffix)].isdigit():
+            return int(name[: -len(suffix)])
+    return None
 
 
 def _segment_bases(directory: Path) -> list[int]:

@@ -1,14 +1,15 @@
 """All partition logs of a broker across its `log.dirs`.
 
 Opens (and, after a crash, recovers) every `<topic>-<partition>` directory at start-up,
-in parallel per directory; creates and deletes logs; runs the periodic flush, retention
-and checkpoint work; writes `.kafka_cleanshutdown` on a clean stop so the next start
-skips recovery. Checkpoint files are Kafka's, one set per log dir.
+in parallel per directory; creates and deletes logs; runs the periodic flush, retention,
+checkpoint and log cleaner (compaction) work; writes `.kafka_cleanshutdown` on a clean
+stop so the next start skips recovery. Checkpoint files are Kafka's, one set per log dir.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import uuid
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage.checkpoint import (
+    CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     PARTITION_METADATA,
     RECOVERY_POINT_CHECKPOINT,
@@ -28,8 +30,10 @@ from storage.checkpoint import (
     write_offsets,
     write_partition_metadata,
 )
+from storage.cleaner import CleanerStats, clean_log, plan_cleaning
 from storage.config import LogConfig
 from storage.log import Log, parse_topic_partition, wall_clock_ms
+from storage.record_batch import RecordBatchError
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +54,8 @@ class LogManagerConfig:
     retention_check_interval_ms: int = 300_000  # log.retention.check.interval.ms
     flush_check_interval_ms: int = 1_000  # how often flush.ms and rolled segments are checked
     checkpoint_interval_ms: int = 60_000  # log.flush.offset.checkpoint.interval.ms
+    cleaner_enable: bool = True  # log.cleaner.enable
+    cleaner_backoff_ms: int = 15_000  # log.cleaner.backoff.ms: pause when nothing to clean
 
 
 def _read_offsets_or_empty(path: Path) -> dict[TopicPartition, int]:
@@ -92,6 +98,8 @@ class LogManager:
             self.had_clean_shutdown[d] = clean
             recovery = _read_offsets_or_empty(d / RECOVERY_POINT_CHECKPOINT)
             starts = _read_offsets_or_empty(d / LOG_START_OFFSET_CHECKPOINT)
+            # Lost or corrupt, it only costs work: the next pass cleans from the log start.
+            cleaned = _read_offsets_or_empty(d / CLEANER_OFFSET_CHECKPOINT)
             partition_dirs = []
             for entry in sorted(d.iterdir()):
                 if not entry.is_dir():
@@ -124,6 +132,7 @@ class LogManager:
                     for tp, path in partition_dirs
                 ]
                 for tp, opened in pool.map(self._open_log, jobs):
+                    opened.cleaner_checkpoint = cleaned.get(tp)
                     self._logs[tp] = opened
                     self._dir_of[tp] = d
             # From here on a crash must lead to recovery: the marker goes.
@@ -217,6 +226,16 @@ class LogManager:
         for d, offsets in self._by_dir(lambda lg: lg.log_start_offset).items():
             write_offsets(d / LOG_START_OFFSET_CHECKPOINT, offsets)
 
+    def checkpoint_cleaner_offsets(self) -> None:
+        """`cleaner-offset-checkpoint`: each compacted log's first dirty offset."""
+        out: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        for tp, opened in list(self._logs.items()):
+            d, offset = self._dir_of.get(tp), opened.cleaner_checkpoint
+            if d is not None and offset is not None:
+                out[d][tp] = offset
+        for d, offsets in out.items():
+            write_offsets(d / CLEANER_OFFSET_CHECKPOINT, offsets)
+
     def write_high_watermarks(self, high_watermarks: dict[TopicPartition, int]) -> None:
         """`replication-offset-checkpoint`: the replica manager hands in the HWs."""
         per_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
@@ -259,15 +278,111 @@ class LogManager:
                 continue
         return deleted
 
+    def clean_compacted_logs(
+        self,
+        high_watermark: Callable[[TopicPartition], int | None] | None = None,
+        now_ms: int | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> list[CleanerStats]:
+        """One round of the log cleaner: every log with cleanup.policy=compact whose dirty
+        ratio (or max.compaction.lag.ms) calls for it is cleaned, the filthiest first, and
+        the cleaner checkpoints are written. Returns the figures of each pass.
+
+        Nothing at or above a partition's high watermark is cleaned; a log whose HW the
+        callable does not know (None) is skipped; without a callable the bound is the
+        active segment. Long-running and thread-safe: call it from a worker thread
+        (asyncio.to_thread), as `run` does. Each swap takes only the log's lock, briefly.
+        """
+        now = self._clock() if now_ms is None else now_ms
+        plans = []
+        for tp, opened in list(self._logs.items()):
+            if not opened.config.compact:
+                continue
+            hw = high_watermark(tp) if high_watermark else None
+            if high_watermark is not None and hw is None:
+                continue
+            try:
+                plan = plan_cleaning(opened, opened.cleaner_checkpoint, hw, now)
+            except (RuntimeError, ValueError):
+                continue  # closed meanwhile (deleted)
+            if plan.needs_cleaning:
+                plans.append(plan)
+        plans.sort(key=lambda p: p.cleanable_ratio, reverse=True)
+        results = []
+        for plan in plans:
+            if should_stop():
+                break
+            try:
+                results.append(clean_log(plan, now, should_stop))
+            except RuntimeError:
+                continue  # the log was closed or deleted under the pass
+            except (OSError, RecordBatchError) as exc:
+                log.error(
+                    "log cleaner failed on %s: %r",
+                    plan.log.dir.name,
+                    exc,
+                    extra={"log": plan.log.dir.name, "error": repr(exc)},
+                )
+        if results:
+            self.checkpoint_cleaner_offsets()
+        return results
+
+    async def _run_cleaner(
+        self, stop: asyncio.Event, high_watermark: Callable[[TopicPartition], int | None] | None
+    ) -> None:
+        """Kafka's cleaner thread: clean while there is work, else back off."""
+        backoff = self.config.cleaner_backoff_ms / 1000
+        while not stop.is_set():
+            try:
+                results = await asyncio.to_thread(
+                    self.clean_compacted_logs, high_watermark, None, stop.is_set
+                )
+            except Exception as exc:  # one failed round must not stop the cleaner
+                log.error("log cleaner round failed: %r", exc, extra={"error": repr(exc)})
+                results = []
+            for r in results:
+                log.info(
+                    "cleaned %s-%d: %d to %d bytes, %d of %d records removed, offsets %d..%d",
+                    *r.topic_partition,
+                    r.bytes_read,
+                    r.bytes_after,
+                    r.records_removed,
+                    r.records_read,
+                    r.first_dirty_offset,
+                    r.end_offset,
+                    extra={"partition": "{}-{}".format(*r.topic_partition)},
+                )
+            if not any(r.completed for r in results):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), backoff)
+
     async def run(
         self,
         stop: asyncio.Event,
         high_watermark: Callable[[TopicPartition], int | None] | None = None,
     ) -> None:
-        """Run flush, retention and checkpoint tasks until `stop` is set.
+        """Run flush, retention, checkpoint and (with log.cleaner.enable) cleaner tasks
+        until `stop` is set.
 
-        The file work runs in a worker thread; the Log's lock keeps it consistent.
+        The file work runs in worker threads; the Log's lock keeps it consistent.
         """
+        cleaner = None
+        if self.config.cleaner_enable:
+            cleaner = asyncio.create_task(self._run_cleaner(stop, high_watermark))
+        try:
+            await self._run_maintenance(stop, high_watermark)
+        finally:
+            if cleaner is not None:
+                if not stop.is_set():
+                    cleaner.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await cleaner
+
+    async def _run_maintenance(
+        self,
+        stop: asyncio.Event,
+        high_watermark: Callable[[TopicPartition], int | None] | None,
+    ) -> None:
         cfg = self.config
         due = {"flush": 0, "retention": 0, "checkpoint": 0}
         intervals = {
@@ -307,6 +422,7 @@ class LogManager:
     def _checkpoint_all(self) -> None:
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
+        self.checkpoint_cleaner_offsets()
 
     # -- shutdown ----------------------------------------------------------------------------
 

@@ -87,19 +87,25 @@ class LogSegment:
         index_interval_bytes: int,
         max_index_size: int,
         created_ms: int,
+        suffix: str = "",
     ) -> None:
+        """`suffix` names a segment being built beside the log (the cleaner's `.cleaned`)."""
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        self.log_path = directory / segment_name(base_offset, LOG_SUFFIX)
+        self.log_path = directory / segment_name(base_offset, LOG_SUFFIX + suffix)
         self.file = io.FileIO(self.log_path, "a+")  # O_APPEND: writes go to the end
         self.size = os.fstat(self.file.fileno()).st_size
         self.flushed_size = self.size
         self.offset_index = OffsetIndex(
-            directory / segment_name(base_offset, INDEX_SUFFIX), base_offset, max_index_size
+            directory / segment_name(base_offset, INDEX_SUFFIX + suffix),
+            base_offset,
+            max_index_size,
         )
         self.time_index = TimeIndex(
-            directory / segment_name(base_offset, TIME_INDEX_SUFFIX), base_offset, max_index_size
+            directory / segment_name(base_offset, TIME_INDEX_SUFFIX + suffix),
+            base_offset,
+            max_index_size,
         )
         self.created_ms = created_ms
         self._bytes_since_index_entry = 0
@@ -369,6 +375,19 @@ class LogSegment:
             self.time_index.flush(fsync=False)
         finally:
             self.file.close()
+
+    def change_suffix(self, suffix: str) -> None:
+        """Rename the three files to `<base>.log<suffix>` etc. (Kafka's changeFileSuffixes).
+
+        The indexes go first and the log last: the log's name is what recovery goes by, so
+        whoever sees the new log name also finds its indexes renamed (or rebuilds them).
+        """
+        indexes = ((self.offset_index, INDEX_SUFFIX), (self.time_index, TIME_INDEX_SUFFIX))
+        for index, plain in indexes:
+            index.rename(self.directory / segment_name(self.base_offset, plain + suffix))
+        path = self.directory / segment_name(self.base_offset, LOG_SUFFIX + suffix)
+        os.replace(self.log_path, path)
+        self.log_path = path
 
     def delete(self) -> None:
         """Unlink the files. The open file is left to outstanding FileSlices (see FileSlice)."""
