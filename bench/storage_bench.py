@@ -27,6 +27,10 @@ Fairness, on a noisy VM:
   pages in the same LRU state); the raw and Log read order alternates by round.
 - Figures are medians over the rounds; ratios are medians of the per-round ratios.
 
+Then one compaction figure: the log cleaner (storage/cleaner.py) over 100k records of
+100 keys (100-byte values, 10 per batch, 1 MiB segments): MB/s of log cleaned and records
+per second, median over the rounds (`--compaction-only` runs just this, writing no JSON).
+
 Prints a table and writes JSON to bench/results/storage.json (or --out).
 """
 
@@ -53,6 +57,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from storage.cleaner import clean_log, plan_cleaning
 from storage.config import LogConfig
 from storage.log import Log
 from storage.record_batch import iter_batches, validate_batch
@@ -340,6 +345,53 @@ def profile_size(batch: Batch, total_bytes: int, directory: Path, top: int = 20)
 # -- reporting ----------------------------------------------------------------------------
 
 
+def bench_compaction(directory: Path, rounds: int, rng: random.Random) -> dict:
+    """One cleaning pass over 100k records of 100 keys, timed alone (the appends not)."""
+    records, keys, per_batch = 100_000, 100, 10
+    config = LogConfig(cleanup_policy="compact", segment_bytes=MIB)
+    batches = [
+        build_batch(
+            [
+                Record(rng.randbytes(100), b"key-%03d" % rng.randrange(keys), timestamp=1)
+                for _ in range(per_batch)
+            ],
+            now_ms=1,
+        )
+        for _ in range(records // per_batch)
+    ]
+    runs = []
+    for r in range(rounds):
+        log = Log(directory / f"compaction-{r}" / "t-0", config)
+        for batch in batches:
+            log.append_as_leader(batch, 0)
+        log.roll()
+        plan = plan_cleaning(log, None, None, now_ms=10)
+        gc.collect()
+        started = time.perf_counter()
+        stats = clean_log(plan, now_ms=10)
+        elapsed = time.perf_counter() - started
+        assert stats.completed and stats.records_read == records
+        runs.append((stats.bytes_read / elapsed / 1e6, records / elapsed, stats.bytes_after))
+        log.delete()
+    return {
+        "records": records,
+        "keys": keys,
+        "records_per_batch": per_batch,
+        "cleaned_mb_s": round(statistics.median(x[0] for x in runs), 1),
+        "records_per_s": round(statistics.median(x[1] for x in runs)),
+        "bytes_before": sum(len(b) for b in batches),
+        "bytes_after": runs[0][2],
+    }
+
+
+def print_compaction(res: dict) -> None:
+    print(
+        f"compaction: {res['records']} records of {res['keys']} keys, "
+        f"{res['bytes_before'] / 1e6:.1f} MB -> {res['bytes_after'] / 1e3:.1f} kB: "
+        f"{res['cleaned_mb_s']:.1f} MB/s, {res['records_per_s']} records/s (median)"
+    )
+
+
 def machine_info() -> dict:
     info: dict = {
         "nproc": os.cpu_count(),
@@ -464,6 +516,11 @@ def main(argv: list[str] | None = None) -> int:
         help="afterwards, cProfile Log append and read for 16 KiB batches and print top costs",
     )
     parser.add_argument("--seed", type=int, default=1, help="seed for the record values")
+    parser.add_argument(
+        "--compaction-only",
+        action="store_true",
+        help="run only the log cleaner figure and print it (no JSON written)",
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
@@ -473,6 +530,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     config = LogConfig()
     rng = random.Random(args.seed)
+    if args.compaction_only:
+        args.dir.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=".storage-bench-", dir=args.dir))
+        try:
+            print_compaction(bench_compaction(scratch, args.rounds, rng))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return 0
     batches = [
         (make_batch(label, min(target, config.max_message_bytes), rng), default_mb)
         for label, target, default_mb in SIZES
@@ -499,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(
                 bench_size(batch, total, args.rounds, args.fsync, not args.no_warmup, scratch)
             )
+        compaction = bench_compaction(scratch, args.rounds, rng)
         if args.profile:
             small = batches[0][0]
             profile_text = profile_size(small, (args.total_mb or batches[0][1]) * MIB, scratch)
@@ -506,6 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
 
     print_table(results)
+    print_compaction(compaction)
     large = next(r for r in results if r["batch"] == "1 MiB")
     met = large["append_ratio"] >= TARGET_APPEND_RATIO
     print(
@@ -546,6 +613,7 @@ def main(argv: list[str] | None = None) -> int:
                 "met": met,
             },
             "results": results,
+            "compaction": compaction,
         },
         elapsed,
     )
