@@ -41,7 +41,6 @@ an idempotent producer whose batches all went is forgotten (Kafka keeps an empty
 
 from __future__ import annotations
 
-import logging
 import os
 import struct
 from collections.abc import Callable, Iterator
@@ -52,6 +51,7 @@ from storage.log_loader import CLEANED_SUFFIX
 from storage.record_batch import (
     BATCH_LENGTH,
     DELETE_HORIZON_MASK,
+    HEADER_SIZE,
     LOG_OVERHEAD,
     CorruptRecordError,
     RecordBatchView,
@@ -62,8 +62,6 @@ from storage.segment import MAX_RELATIVE_OFFSET, AppendedBatch, LogSegment
 
 if TYPE_CHECKING:
     from storage.log import Log
-
-log = logging.getLogger(__name__)
 
 MAX_SEGMENT_BYTES = 2**31 - 1  # offset index positions are int32
 _READ_CHUNK = 1 << 20
@@ -189,7 +187,7 @@ def clean_log(
     except (OSError, ValueError):  # a segment was closed meanwhile: the log changed
         return stats
     try:
-        offset_map = _build_offset_map(to_clean, readers, stats)
+        offset_map = _build_offset_map(to_clean, readers)
         if offset_map is None or should_stop():
             return stats
         last_group = _clean_segments(to_clean, readers, offset_map, now_ms, stats, should_stop)
@@ -237,6 +235,8 @@ class _Readers:
             if len(buf) - rel < LOG_OVERHEAD:
                 self._short(fd, seg, size, pos)
             need = _I32.unpack_from(buf, rel + BATCH_LENGTH)[0] + LOG_OVERHEAD
+            if need < HEADER_SIZE or pos + need > size:  # never read a bogus length's worth
+                raise CorruptRecordError(f"{seg.log_path}: bad batch length at {pos}")
             if len(buf) - rel < need:
                 buf = buf[rel:] + os.pread(fd, max(_READ_CHUNK, need), buf_pos + len(buf))
                 buf_pos, rel = pos, 0
@@ -258,9 +258,7 @@ class _Readers:
         self.fds.clear()
 
 
-def _build_offset_map(
-    to_clean: LogToClean, readers: _Readers, stats: CleanerStats
-) -> dict[bytes, int] | None:
+def _build_offset_map(to_clean: LogToClean, readers: _Readers) -> dict[bytes, int] | None:
     """Key -> latest offset over the dirty segments (None: nothing dirty to map)."""
     offset_map: dict[bytes, int] = {}
     dirty = [s for s in to_clean.segments if s[2] > to_clean.first_dirty_offset]
