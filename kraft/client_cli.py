@@ -24,8 +24,8 @@ class CliError(Exception):
     """A failure reported as one line on stderr, exit status 1."""
 
 
-def add_parsers(sub: Any) -> None:
-    """Register `topics`, `produce` and `consume` on the `kraft` subparsers."""
+def bootstrap_parser() -> argparse.ArgumentParser:
+    """The `--bootstrap-server` option every client command shares (a parent parser)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--bootstrap-server",
@@ -33,16 +33,27 @@ def add_parsers(sub: Any) -> None:
         metavar="HOST:PORT[,...]",
         help=f"brokers to connect to (default {DEFAULT_BOOTSTRAP})",
     )
+    return common
 
-    topics = sub.add_parser("topics", help="create, list, describe or delete topics")
-    tsub = topics.add_subparsers(dest="topics_command", required=True)
-    tops_timeout = argparse.ArgumentParser(add_help=False)
-    tops_timeout.add_argument(
+
+def timeout_parser() -> argparse.ArgumentParser:
+    """`--timeout-ms` for commands that give up on unreachable brokers."""
+    timeout = argparse.ArgumentParser(add_help=False)
+    timeout.add_argument(
         "--timeout-ms",
         type=int,
         default=DEFAULT_TIMEOUT_MS,
         help=f"give up on the brokers after this long (default {DEFAULT_TIMEOUT_MS})",
     )
+    return timeout
+
+
+def add_parsers(sub: Any) -> None:
+    """Register `topics`, `produce` and `consume` on the `kraft` subparsers."""
+    common = bootstrap_parser()
+    topics = sub.add_parser("topics", help="create, list, describe or delete topics")
+    tsub = topics.add_subparsers(dest="topics_command", required=True)
+    tops_timeout = timeout_parser()
     create = tsub.add_parser("create", parents=[common, tops_timeout], help="create a topic")
     create.add_argument("--topic", required=True)
     create.add_argument(

@@ -17,13 +17,13 @@ import time
 from typing import Any
 
 from kraft.client_cli import (
-    DEFAULT_BOOTSTRAP,
-    DEFAULT_TIMEOUT_MS,
     CliError,
     _client_conf,
     _cluster_metadata,
     _describe_error,
     _wait_future,
+    bootstrap_parser,
+    timeout_parser,
 )
 
 COMMANDS = ("groups",)
@@ -42,19 +42,7 @@ TP = tuple[str, int]
 
 def add_parser(sub: Any) -> None:
     """Register `groups` and its subcommands on the `kraft` subparsers."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--bootstrap-server",
-        default=DEFAULT_BOOTSTRAP,
-        metavar="HOST:PORT[,...]",
-        help=f"brokers to connect to (default {DEFAULT_BOOTSTRAP})",
-    )
-    common.add_argument(
-        "--timeout-ms",
-        type=int,
-        default=DEFAULT_TIMEOUT_MS,
-        help=f"give up on the brokers after this long (default {DEFAULT_TIMEOUT_MS})",
-    )
+    common = argparse.ArgumentParser(add_help=False, parents=[bootstrap_parser(), timeout_parser()])
     groups = sub.add_parser("groups", help="list, describe, reset or delete consumer groups")
     gsub = groups.add_subparsers(dest="groups_command", required=True)
 

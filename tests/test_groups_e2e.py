@@ -179,7 +179,9 @@ def test_group_survives_a_sigkill_of_its_coordinator(cluster: ProcCluster) -> No
         for m in members:
             m.stop()
         if victim >= 0:
+            offset = int((cluster.cluster_state() or {}).get("metadata_offset", -1))
             cluster.restart_broker(victim)
+            cluster.wait_brokers_unfenced({victim}, offset, 60)
 
 
 def raw_call(host: str, port: int, api_key: int, version: int, body: dict[str, Any]) -> Any:
