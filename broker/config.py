@@ -61,6 +61,8 @@ DEFAULTS: dict[str, str | None] = {
     "num.recovery.threads.per.data.dir": "2",
     "log.retention.check.interval.ms": "300000",
     "log.flush.offset.checkpoint.interval.ms": "60000",
+    "log.cleaner.enable": "true",
+    "log.cleaner.backoff.ms": "15000",
     # The group coordinator and __consumer_offsets.
     "offsets.topic.num.partitions": "50",
     "offsets.topic.replication.factor": "3",
@@ -305,6 +307,8 @@ def from_properties(props: Mapping[str, str]) -> BrokerConfig:
             num_recovery_threads_per_data_dir=_int(props, "num.recovery.threads.per.data.dir", 1),
             retention_check_interval_ms=_int(props, "log.retention.check.interval.ms", 1),
             checkpoint_interval_ms=_int(props, "log.flush.offset.checkpoint.interval.ms", 1),
+            cleaner_enable=_bool(props, "log.cleaner.enable"),
+            cleaner_backoff_ms=_int(props, "log.cleaner.backoff.ms", 1),
         ),
         num_partitions=_int(props, "num.partitions", 1, 100_000),
         default_replication_factor=_int(props, "default.replication.factor", 1, 32_767),
@@ -367,6 +371,11 @@ _LOG_CONFIG_NAMES = {
     "message_timestamp_type": "message.timestamp.type",
     "flush_messages": "flush.messages",
     "flush_ms": "flush.ms",
+    "cleanup_policy": "cleanup.policy",
+    "delete_retention_ms": "delete.retention.ms",
+    "min_compaction_lag_ms": "min.compaction.lag.ms",
+    "max_compaction_lag_ms": "max.compaction.lag.ms",
+    "min_cleanable_dirty_ratio": "min.cleanable.dirty.ratio",
 }
 
 
@@ -376,7 +385,6 @@ def describe_topic_configs(
     """A topic's effective configs: name -> (value, is_default). Defaults come from the
     broker (`log.*` properties), overrides from the topic's config records."""
     out = {name: (str(getattr(defaults, attr)), True) for attr, name in _LOG_CONFIG_NAMES.items()}
-    out["cleanup.policy"] = ("delete", True)
     out["compression.type"] = ("producer", True)
     out["min.insync.replicas"] = (str(min_insync_replicas), True)
     out["unclean.leader.election.enable"] = ("false", True)
