@@ -36,6 +36,9 @@ BROKER_PROPS = {
     "group.initial.rebalance.delay.ms": "300",
     "broker.session.timeout.ms": "6000",
     "broker.heartbeat.interval.ms": "500",
+    # Small segments and a quick cleaner, so __consumer_offsets compacts within a test.
+    "offsets.topic.segment.bytes": "4096",
+    "log.cleaner.backoff.ms": "200",
 }
 _values = itertools.count()
 
@@ -261,3 +264,66 @@ def test_stale_and_malformed_group_requests_get_kafkas_errors(cluster: ProcClust
                                                         "reason": None}]})  # fmt: skip
     assert left.error_code == 0 and left.members[0].error_code == 0
     assert call(12, 4, hb).error_code == 25
+
+
+def offsets_records(c: ProcCluster, partition: int) -> int:
+    """How many records partition `partition` of __consumer_offsets holds now."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "unused",
+                         "enable.auto.commit": False})  # fmt: skip
+    try:
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition("__consumer_offsets", partition), timeout=10
+        )
+        consumer.assign([TopicPartition("__consumer_offsets", partition, low)])
+        n, last = 0, low - 1
+        while last < high - 1:
+            msg = consumer.poll(5)
+            assert msg is not None, f"no record after offset {last} (high watermark {high})"
+            if msg.error() is None:
+                n, last = n + 1, msg.offset()
+        return n
+    finally:
+        consumer.close()
+
+
+def test_consumer_offsets_is_compacted_and_reloads_the_latest_commits(
+    cluster: ProcCluster,
+) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    from broker.group.coordinator import partition_for
+
+    topic, group = "compacted-commits", "group-compacted"
+    create_topic(cluster, topic)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    commits = 300
+    for i in range(commits):  # commits from outside group management, same keys
+        tps = [TopicPartition(topic, p, i + 1) for p in range(2)]
+        admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])[
+            group
+        ].result(30)
+    p = partition_for(group, PARTITIONS)
+
+    def compacted() -> int | None:
+        n = offsets_records(cluster, p)
+        return n if n < commits else None
+
+    wait_for(compacted, 60, "the cleaner to compact __consumer_offsets", cluster.logs)
+    victim = coordinator(cluster, group)
+    offset = int((cluster.cluster_state() or {}).get("metadata_offset", -1))
+    cluster.kill_broker(victim)  # the next coordinator loads the compacted log
+    try:
+        moved = wait_for(
+            lambda: n if (n := coordinator(cluster, group)) != victim else None,
+            60,
+            "a new coordinator",
+            cluster.logs,
+        )
+        assert moved != victim
+        got = committed(cluster, group, topic)
+        assert got[0] == got[1] == commits, got
+    finally:
+        cluster.restart_broker(victim)
+        cluster.wait_brokers_unfenced({victim}, offset, 60)
