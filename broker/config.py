@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.group.coordinator import GroupConfig
+from broker.group.config import GroupConfig
 from storage.config import ConfigError, LogConfig
 from storage.log_manager import LogManagerConfig
 from storage.properties import read_properties

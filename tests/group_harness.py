@@ -7,7 +7,8 @@ import itertools
 from typing import Any
 
 from broker.group import messages as m
-from broker.group.coordinator import GroupConfig, GroupCoordinatorCore
+from broker.group.config import GroupConfig
+from broker.group.coordinator import GroupCoordinatorCore
 from broker.group.messages import Append, Out, Reply
 
 PROTOCOL = [("range", b"\x00\x01\x00\x00\x00\x01\x00\x01t")]  # subscribes to topic "t"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from broker.group import messages as m
-from broker.group.coordinator import partition_for
+from broker.group.config import partition_for
 from broker.group.group import GroupState
 from broker.group.records import (
     GroupKey,

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from broker.group import messages as m
-from broker.group.coordinator import partition_for
+from broker.group.config import partition_for
 from broker.group.group import GroupState
 from tests.group_harness import Harness
 

@@ -293,7 +293,7 @@ def test_consumer_offsets_is_compacted_and_reloads_the_latest_commits(
 ) -> None:
     from confluent_kafka import ConsumerGroupTopicPartitions
 
-    from broker.group.coordinator import partition_for
+    from broker.group.config import partition_for
 
     topic, group = "compacted-commits", "group-compacted"
     create_topic(cluster, topic)

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
 from broker.group import messages as m
+from broker.group.config import GroupConfig, partition_for
 from broker.group.group import Group, GroupState, Member
 from broker.group.messages import Append, Out, Reply
 from broker.group.offsets import OffsetsMixin
+from broker.group.timers import TimersMixin
 
 T = TypeVar("T")
 
@@ -41,37 +43,7 @@ COMPLETING, STABLE, DEAD = (
 )
 
 
-@dataclass(frozen=True)
-class GroupConfig:
-    """Kafka's broker properties for groups, with Kafka's defaults."""
-
-    num_partitions: int = 50  # offsets.topic.num.partitions
-    min_session_timeout_ms: int = 6_000  # group.min.session.timeout.ms
-    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
-    initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms
-    max_size: int = 2**31 - 1  # group.max.size
-    offsets_retention_ms: int = 7 * 24 * 3_600_000  # offsets.retention.minutes
-    retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
-    offset_metadata_max_bytes: int = 4_096  # offset.metadata.max.bytes
-    new_member_join_timeout_ms: int = 300_000  # Kafka's fixed 5 minutes
-
-
-def _big_endian_units(s: str) -> list[int]:
-    b = s.encode("utf-16-be")
-    return [(b[i] << 8) | b[i + 1] for i in range(0, len(b), 2)]
-
-
-def partition_for(group_id: str, num_partitions: int) -> int:
-    """Kafka's `Utils.abs(groupId.hashCode) % offsets.topic.num.partitions`, so a group
-    lands on the same partition number as on a Kafka cluster."""
-    h = 0
-    for unit in _big_endian_units(group_id):
-        h = (31 * h + unit) & 0xFFFFFFFF
-    signed = h - (1 << 32) if h >= 1 << 31 else h
-    return (0 if signed == -(2**31) else abs(signed)) % num_partitions
-
-
-class GroupCoordinatorCore(OffsetsMixin[T], Generic[T]):
+class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
     def __init__(self, config: GroupConfig, new_member_id: Callable[[str], str]) -> None:
         self.config = config
         # The partition count of __consumer_offsets: the config's until the topic exists
@@ -543,77 +515,6 @@ class GroupCoordinatorCore(OffsetsMixin[T], Generic[T]):
             self._member_gone(g, now_ms, out)
         out.append(Reply(token, m.LeaveResult(m.NONE, tuple(results))))
         return out
-
-    # -- timers --------------------------------------------------------------------------------
-
-    def tick(self, now_ms: int) -> list[Out[T]]:
-        out: list[Out[T]] = []
-        for g in list(self.groups.values()):
-            if self.owned.get(g.partition) is not True:
-                continue
-            self._expire_members(g, now_ms, out)
-            if g.state == PREPARING and now_ms >= g.rebalance_deadline_ms:
-                if g.initial_delay and g.new_member_added and g.initial_delay_left_ms > 0:
-                    step = min(self.config.initial_rebalance_delay_ms, g.initial_delay_left_ms)
-                    g.initial_delay_left_ms -= step
-                    g.new_member_added = False
-                    g.rebalance_deadline_ms = now_ms + step
-                else:
-                    g.initial_delay = False
-                    self._complete_join(g, now_ms, out)
-            elif g.awaiting_sync and now_ms >= g.rebalance_deadline_ms:
-                # Members that got their JoinGroup answer but never synced (Kafka 2.8+).
-                for member_id in list(g.awaiting_sync):
-                    if (mem := g.members.get(member_id)) is not None:
-                        self._remove_member(g, mem, out)
-                g.awaiting_sync.clear()
-                self._member_gone(g, now_ms, out)
-        if self._next_expiry_ms is None:
-            self._next_expiry_ms = now_ms + self.config.retention_check_interval_ms
-        elif now_ms >= self._next_expiry_ms:
-            self._next_expiry_ms = now_ms + self.config.retention_check_interval_ms
-            out += self.expire_offsets(now_ms)
-        return out
-
-    def _expire_members(self, g: Group[T], now_ms: int, out: list[Out[T]]) -> None:
-        gone = False
-        for member_id, deadline in list(g.pending_members.items()):
-            if now_ms >= deadline:
-                del g.pending_members[member_id]
-                gone = True
-        for mem in list(g.members.values()):
-            if not self._keep_alive(g, mem, now_ms):
-                self._remove_member(g, mem, out)
-                gone = True
-        if gone:
-            self._member_gone(g, now_ms, out)
-
-    def _keep_alive(self, g: Group[T], mem: Member[T], now_ms: int) -> bool:
-        """Kafka's MemberMetadata.shouldKeepAlive: a member waiting in the join phase
-        lives until the join phase ends (a brand-new one at most the new-member
-        timeout); one that owes a SyncGroup until the sync deadline; the others as long
-        as they heartbeat within their session timeout."""
-        if mem.awaiting_join:
-            return not mem.is_new or (
-                now_ms < mem.last_heartbeat_ms + self.config.new_member_join_timeout_ms
-            )
-        if mem.sync_token is not None or mem.join_answer is not None:
-            return True
-        return now_ms < mem.last_heartbeat_ms + mem.session_timeout_ms
-
-    def next_deadline_ms(self) -> int | None:
-        """When `tick` next has something to do (for the shell's timer)."""
-        times = [] if self._next_expiry_ms is None else [self._next_expiry_ms]
-        for g in self.groups.values():
-            if g.state == PREPARING or g.awaiting_sync:
-                times.append(g.rebalance_deadline_ms)
-            times.extend(g.pending_members.values())
-            for mem in g.members.values():
-                if not mem.awaiting_join and mem.sync_token is None and mem.join_answer is None:
-                    times.append(mem.last_heartbeat_ms + mem.session_timeout_ms)
-                elif mem.is_new:
-                    times.append(mem.last_heartbeat_ms + self.config.new_member_join_timeout_ms)
-        return min(times, default=None)
 
     # -- records -------------------------------------------------------------------------------
 

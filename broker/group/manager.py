@@ -24,7 +24,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from broker.group import messages as msg
-from broker.group.coordinator import GroupConfig, GroupCoordinatorCore
+from broker.group.config import GroupConfig
+from broker.group.coordinator import GroupCoordinatorCore
 from broker.group.messages import Append, Out, Reply
 from broker.hosted import HostedPartition
 from broker.runtime import ProduceResult

@@ -29,7 +29,7 @@ from broker.group.records import (
 )
 
 if TYPE_CHECKING:
-    from broker.group.coordinator import GroupConfig
+    from broker.group.config import GroupConfig
 
 T = TypeVar("T")
 TP = tuple[str, int]
