@@ -29,7 +29,7 @@ NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 def _groups(apis: KafkaApis) -> GroupCoordinator:
-    return apis.runtime.groups  # type: ignore[attr-defined, no-any-return]
+    return apis.runtime.groups
 
 
 def _answer(key: int, header: RequestHeader, body: dict[str, Any]) -> Response:
@@ -72,7 +72,10 @@ async def handle_find_coordinator(apis: KafkaApis, header: RequestHeader, body: 
 
 def find_coordinator_error(header: RequestHeader, body: Any, code: int) -> Response:
     keys = list(body.coordinator_keys) if header.api_version >= 4 else [body.key]
-    found = [{"key": k, "node_id": -1, "host": "", "port": -1, "error_code": code} for k in keys]
+    found = [
+        {"key": k, "node_id": -1, "host": "", "port": -1, "error_code": code, "error_message": None}
+        for k in keys
+    ]
     body_out = {"throttle_time": 0, "coordinators": found, **found[0]}
     return _answer(FIND_COORDINATOR, header, body_out)
 

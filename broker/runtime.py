@@ -9,7 +9,7 @@ Kafka error codes (ints), so handlers can answer without translating exceptions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from metadata_log.controller_api import (
     CreatePartitionsRequest,
@@ -21,6 +21,9 @@ from metadata_log.controller_api import (
 )
 from metadata_log.image import MetadataImage
 from storage.segment import FileSlice
+
+if TYPE_CHECKING:
+    from broker.group.manager import GroupCoordinator
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,7 @@ class ListOffsetResult:
 class BrokerRuntime(Protocol):
     broker_id: int
     cluster_id: str
+    groups: GroupCoordinator  # the group coordinator (the group APIs go straight to it)
 
     def image(self) -> MetadataImage:
         """The latest metadata image this broker has applied."""

@@ -471,3 +471,60 @@ def test_idle_connections_are_closed(tmp_path: Path) -> None:
         c.close()
     finally:
         b.stop()
+
+
+@pytest.mark.parametrize("version", range(5))
+def test_find_coordinator_every_version_without_an_offsets_topic(
+    client: RawClient, version: int
+) -> None:
+    """No __consumer_offsets (the fake runtime never creates it): every version answers
+    COORDINATOR_NOT_AVAILABLE (15), a retriable error, and keeps the connection."""
+    body = {"key": "g", "key_type": 0, "coordinator_keys": ["g", "h"]}
+    resp = client.call(10, version, request(10, version, body))
+    codes = [c.error_code for c in resp.coordinators] if version >= 4 else [resp.error_code]
+    assert codes == [15] * len(codes)
+    # and an unknown key type is INVALID_REQUEST (42)
+    if version >= 1:
+        resp = client.call(10, version, request(10, version, {**body, "key_type": 7}))
+        codes = [c.error_code for c in resp.coordinators] if version >= 4 else [resp.error_code]
+        assert codes == [42] * len(codes)
+
+
+_GROUP_REQUESTS: dict[int, dict[str, Any]] = {
+    10: {"key": "g", "key_type": 0, "coordinator_keys": ["g"]},
+    11: {"group_id": "g", "session_timeout": 10_000, "rebalance_timeout": 10_000,
+         "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+         "protocols": [{"name": "range", "metadata": b""}], "reason": None},
+    12: {"group_id": "g", "generation_id": 1, "member_id": "m", "group_instance_id": None},
+    13: {"group_id": "g", "member_id": "m",
+         "members": [{"member_id": "m", "group_instance_id": None, "reason": None}]},
+    14: {"group_id": "g", "generation_id": 1, "member_id": "m", "group_instance_id": None,
+         "protocol_type": "consumer", "protocol_name": "range", "assignments": []},
+    8: {"group_id": "g", "generation_id_or_member_epoch": 1, "member_id": "m",
+        "group_instance_id": None, "retention_time": -1, "topics": [{"name": "t", "partitions": [
+            {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+             "committed_metadata": ""}]}]},
+    9: {"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0]}],
+        "groups": [{"group_id": "g", "member_id": None, "member_epoch": -1, "topics": None}],
+        "require_stable": False},
+    15: {"groups": ["g"], "include_authorized_operations": False},
+    16: {"states_filter": [], "types_filter": []},
+    42: {"groups_names": ["g"]},
+    47: {"group_id": "g", "topics": [{"name": "t", "partitions": [{"partition_index": 0}]}]},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version"),
+    [(k, v) for k in _GROUP_REQUESTS for v in sorted(set(SUPPORTED_VERSIONS[k]))],
+)
+def test_group_apis_answer_a_handler_failure_at_every_version(
+    client: RawClient, broker: BrokerThread, api_key: int, version: int
+) -> None:
+    """A coordinator that blows up still gets a readable answer with an error code
+    (never a closed connection), at the lowest and highest version we serve."""
+    broker.runtime.groups = None  # type: ignore[assignment]  # every handler fails
+    resp = client.call(api_key, version, request(api_key, version, _GROUP_REQUESTS[api_key]))
+    assert resp is not None
+    versions = {"client_software_name": "a", "client_software_version": "1"}
+    assert client.call(18, 3, request(18, 3, versions)).error_code == 0

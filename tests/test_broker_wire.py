@@ -25,6 +25,8 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from broker.apis import KafkaApis
+from broker.group.config import GroupConfig
+from broker.group.manager import GroupCoordinator
 from broker.network import KafkaServer
 from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
 from metadata_log.controller_api import (
@@ -70,6 +72,12 @@ class FakeRuntime:
         self._appended: asyncio.Event | None = None  # created on the server's loop
         self.produce_calls = 0
         self.fetch_calls = 0
+        # A real coordinator, but __consumer_offsets never gets created here: clients
+        # with a group.id hear COORDINATOR_NOT_AVAILABLE, as from a cluster without it.
+        self.groups = GroupCoordinator(GroupConfig(), self, self._no_offsets_topic)  # type: ignore[arg-type]
+
+    async def _no_offsets_topic(self) -> None:
+        return None
 
     # metadata
     def image(self) -> MetadataImage:
