@@ -13,6 +13,7 @@ import argparse
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, BinaryIO
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -138,7 +139,8 @@ def add_parsers(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run a parsed `topics`, `produce` or `consume` command; return the exit status."""
     name = args.command if args.command != "topics" else f"topics {args.topics_command}"
-    try:
+
+    def action() -> int:
         if args.command == "topics":
             return _topics(args)
         if args.command == "produce":
@@ -146,6 +148,15 @@ def run(args: argparse.Namespace) -> int:
         if args.command == "consume":
             return _consume(args, sys.stdout.buffer)
         raise CliError(f"unknown command {args.command}")
+
+    return run_reporting(name, action)
+
+
+def run_reporting(name: str, action: Callable[[], int]) -> int:
+    """Run a client command: a CliError or a client error is one line on stderr and
+    exit status 1, Ctrl-C is 130."""
+    try:
+        return action()
     except CliError as exc:
         print(f"kraft {name}: {exc}", file=sys.stderr)
         return 1

@@ -20,9 +20,9 @@ from kraft.client_cli import (
     CliError,
     _client_conf,
     _cluster_metadata,
-    _describe_error,
     _wait_future,
     bootstrap_parser,
+    run_reporting,
     timeout_parser,
 )
 
@@ -91,8 +91,8 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run a parsed `groups` command; return the exit status."""
-    name = f"groups {args.groups_command}"
-    try:
+
+    def action() -> int:
         admin = _Admin(args.bootstrap_server, args.timeout_ms / 1000)
         if args.groups_command == "list":
             return _list(admin, args)
@@ -101,14 +101,8 @@ def run(args: argparse.Namespace) -> int:
         if args.groups_command == "reset-offsets":
             return _reset(admin, args)
         return _delete(admin, args)
-    except CliError as exc:
-        print(f"kraft {name}: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # noqa: BLE001 - a client error is one line, never a traceback
-        print(f"kraft {name}: {_describe_error(exc)}", file=sys.stderr)
-        return 1
+
+    return run_reporting(f"groups {args.groups_command}", action)
 
 
 class _Admin:
