@@ -90,12 +90,7 @@ class RecordsDecodeError(ValueError):
 
 
 class _BadRecord(Exception):
-    """Raised inside the vectorized decode; `index` is the record's position in the fetch."""
-
-    def __init__(self, index: int, why: str) -> None:
-        super().__init__(why)
-        self.index = index
-        self.why = why
+    """Inside the vectorized decode: args are (record index in the fetch, reason)."""
 
 
 def _corrupt(topic: str, partition: int, base_offset: int, why: str) -> RecordsDecodeError:
@@ -161,8 +156,9 @@ def decode_records(
         data = b"".join([*chunks, _PAD])
         columns = _decode(data, starts, counts, meta, start, end, include_headers)
     except _BadRecord as bad:
-        batch = int(np.searchsorted(np.cumsum(counts), bad.index, side="right"))
-        raise _corrupt(topic, partition, meta[batch][1], bad.why) from None
+        index, why = bad.args
+        batch = int(np.searchsorted(np.cumsum(counts), index, side="right"))
+        raise _corrupt(topic, partition, meta[batch][1], why) from None
     if columns is None:
         return None, next_offset
     n = len(columns[0])
@@ -195,7 +191,7 @@ def _decode(
         try:
             heads = _heads_numpy(data, region_starts, counts)
             body_start, body_end = _bodies(u8, heads, data_end)
-        except _BadRecord:
+        except (_BadRecord, IndexError):
             heads = None
     if heads is None:
         heads = _heads_python(data, region_starts, counts)
@@ -223,26 +219,21 @@ def _decode(
     base_offset, base_ts, max_ts, append_time = (
         np.repeat(np.array([m[i] for m in meta], np.int64), counts) for i in range(1, 5)
     )
-    offsets = base_offset + offset_delta
-    keep = (offsets >= start) & (offsets < end)
-    if not keep.all():
-        if not keep.any():
-            return None
-        offsets, ts_delta, key_start, key_len, value_start, value_len = (
-            a[keep] for a in (offsets, ts_delta, key_start, key_len, value_start, value_len)
-        )
-        base_ts, max_ts, append_time, header_count = (
-            a[keep] for a in (base_ts, max_ts, append_time, header_count)
-        )
-        if headers is not None:
-            headers = tuple(a[np.repeat(keep, headers[4])] for a in headers[:4]) + (
-                header_count,
-            )
     # CreateTime: base + delta per record; LogAppendTime: the batch's max for every record.
     stamps = base_ts + ts_delta
     if append_time.any():
         stamps = np.where(append_time != 0, max_ts, stamps)
-    stamps *= 1000
+    fields = [key_start, key_len, value_start, value_len, base_offset + offset_delta, stamps]
+    keep = (fields[4] >= start) & (fields[4] < end)
+    if not keep.all():  # the fetch started inside a batch, or `end` cuts one
+        if not keep.any():
+            return None
+        if headers is not None:
+            slots = np.repeat(keep, header_count)
+            headers = (*(a[slots] for a in headers[:4]), header_count[keep])
+        fields = [a[keep] for a in (*fields, append_time)]
+        append_time = fields.pop()
+    key_start, key_len, value_start, value_len, offsets, stamps = fields
     rows = len(offsets)
     buf = pa.py_buffer(data)
     views = np.ndarray((len(data) - 11,), dtype="V12", buffer=data, strides=(1,))
@@ -250,7 +241,7 @@ def _decode(
         _binary(buf, views, key_start, key_len, pa.binary()),
         _binary(buf, views, value_start, value_len, pa.binary()),
         pa.array(offsets, pa.int64()),
-        pa.Array.from_buffers(_TS_TYPE, rows, [None, pa.py_buffer(stamps)]),
+        pa.Array.from_buffers(_TS_TYPE, rows, [None, pa.py_buffer(stamps * 1000)]),
         pa.array(append_time.astype(np.int32), pa.int32()),
     ]
     if include_headers:
@@ -285,15 +276,14 @@ def _heads_python(data: bytes, region_starts: np.ndarray, counts: np.ndarray) ->
 def _heads_numpy(data: bytes, region_starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """As _heads_python, one numpy step per record index for all batches at once;
     unchecked: _bodies verifies the result."""
-    pairs = np.ndarray((len(data) - 1,), dtype="V2", buffer=data, strides=(1,))
-    limit = len(data) - 2
+    pairs = np.ndarray((len(data) - 1,), dtype="<u2", buffer=data, strides=(1,))
+    step = _STEP16.take
     longest = int(counts.max())
     pos = region_starts.copy()
     heads = np.empty((longest, len(counts)), np.int64)
-    for i in range(longest):
+    for i in range(longest):  # an IndexError (garbage lengths) sends the caller to Python
         heads[i] = pos
-        pos += _STEP16[pairs[pos].view("<u2")]
-        np.minimum(pos, limit, out=pos)  # garbage lengths must not index past the data
+        pos += step(pairs[pos])
     heads = heads.T
     if counts.min() == longest:
         return heads.ravel()
@@ -392,7 +382,9 @@ def _binary(
     else:
         for j in range(3):
             view[:, 1 + j] = inline[:, j] & _MASKS[j][kind]
-    if hi == 13:  # long values: buffer index 0 (from the mask), then their offset
+    if lo == 13:  # long values: buffer index 0 (from the mask), then their offset
+        view[:, 3] = start
+    elif hi == 13:
         np.copyto(view[:, 3], start, where=kind == 13, casting="unsafe")
     validity = pa.py_buffer(np.packbits(~null, bitorder="little")) if has_null else None
     return pa.Array.from_buffers(
@@ -405,7 +397,7 @@ def _headers_column(
 ) -> pa.Array:
     """list<struct<key string, value binary>>; records without headers get []."""
     offsets = np.zeros(rows + 1, np.int32)
-    if headers is None:
+    if headers is None or not len(headers[0]):  # (or only rows without headers kept)
         items = pa.array([], _HEADER_STRUCT)
     else:
         key_start, key_len, value_start, value_len, count = headers
@@ -413,13 +405,8 @@ def _headers_column(
         try:
             keys = _binary(buf, views, key_start, key_len, pa.string())
         except pa.ArrowInvalid:  # not UTF-8: decode as storage.records does, with U+FFFD
-            keys = pa.array(
-                [
-                    data[s : s + n].decode("utf-8", "replace")
-                    for s, n in zip(key_start.tolist(), key_len.tolist(), strict=True)
-                ],
-                pa.string(),
-            )
+            spans = zip(key_start.tolist(), key_len.tolist(), strict=True)
+            keys = pa.array([data[s : s + n].decode("utf-8", "replace") for s, n in spans])
         values = _binary(buf, views, value_start, value_len, pa.binary())
         items = pa.StructArray.from_arrays([keys, values], fields=list(_HEADER_STRUCT))
     return pa.ListArray.from_arrays(pa.array(offsets), items, type=_HEADERS_TYPE)

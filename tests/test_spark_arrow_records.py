@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from unittest import mock
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from crc32c import crc32c
@@ -206,14 +207,14 @@ def test_corrupt_records_with_a_valid_crc_raise_or_match(
     except CorruptRecordError:
         want = None
     try:
-        got = actual(data, 0, FAR, True)
+        rows, next_offset = actual(data, 0, FAR, True)
     except RecordsDecodeError as exc:
         # Stricter than the reference only on over-long varints (as Kafka is).
         assert want is None or "longer than" in str(exc)
         return
     assert want is not None
     assume(all(-(2**63) <= row[5] < 2**63 for row in want[0]))
-    assert got == want
+    assert (rows or [], next_offset) == want
 
 
 # -- contract cases ---------------------------------------------------------------------
@@ -306,6 +307,28 @@ def test_headers_column() -> None:
     ]
     assert check([build_batch(recs(2))], include_headers=True)[0][7] == []
     assert len(check([data], include_headers=False)[0]) == 7
+
+
+def test_headers_only_on_rows_outside_the_range() -> None:
+    data = build_batch([Record(b"a"), Record(b"b", headers=(("h", b"x"),)), Record(b"c")])
+    assert [r[7] for r in check([data], start=2, include_headers=True)] == [[]]
+    assert [r[7] for r in check([data], start=1, include_headers=True)] == [[("h", b"x")], []]
+
+
+def test_binary_views_are_valid_arrow() -> None:
+    """The binary_view structs behind key/value columns: inline bytes zero-padded (Arrow's
+    full validation checks it), long values pointing into the buffer."""
+    data = bytes(range(256)) * 4 + bytes(16)
+    spans = [(3, 0), (5, 1), (7, 4), (9, 5), (11, 8), (2, 11), (40, 12), (50, 13), (60, 300)]
+    spans.append((70, -1))
+    views = np.ndarray((len(data) - 11,), dtype="V12", buffer=data, strides=(1,))
+    for chosen in (spans, spans[:1], spans[6:7], spans[7:], spans[-2:]):
+        start = np.array([s for s, _ in chosen], np.int64)
+        length = np.array([n for _, n in chosen], np.int64)
+        arr = arrow_records._binary(pa.py_buffer(data), views, start, length, pa.binary_view())
+        assert arr.type == pa.binary_view()
+        arr.validate(full=True)
+        assert arr.to_pylist() == [data[s : s + n] if n >= 0 else None for s, n in chosen]
 
 
 def test_header_key_that_is_not_utf8_is_replaced_like_the_reference() -> None:
