@@ -11,9 +11,12 @@ $(STAMP): pyproject.toml
 	@command -v kcat >/dev/null 2>&1 || { \
 	  echo "installing kcat (Debian package) for the client tests"; \
 	  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "installing Java 17 (Debian package) for Spark"; \
+	  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,spark]'
 	@touch $(STAMP)
 
 venv: $(STAMP)

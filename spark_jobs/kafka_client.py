@@ -1,0 +1,386 @@
+"""A small blocking Kafka client for the Spark source: Metadata, ListOffsets, Fetch.
+
+The source needs only these three calls, on the driver (planning) and in executors
+(reading one offset range). Requests are encoded and answers decoded with kio; one
+socket per broker, opened lazily. Objects of this module never travel to executors:
+each `read()` opens its own client, as the Python Data Source API requires.
+
+Retries: a call that meets a retriable error (a broker gone, NOT_LEADER_OR_FOLLOWER,
+LEADER_NOT_AVAILABLE, ...) refreshes metadata and tries again with a short backoff,
+until `api_timeout_ms` is spent; then it raises `KafkaCallError` naming the last cause.
+Only the caller decides what an answer means; nothing here is ever silently dropped.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import itertools
+import re
+import socket
+import struct
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.fetch.v12.response import FetchResponse
+from kio.schema.list_offsets.v7.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+from kio.schema.list_offsets.v7.response import ListOffsetsResponse
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.metadata.v12.response import MetadataResponse
+from kio.schema.request_header.v2.header import RequestHeader
+from kio.schema.response_header.v1.header import ResponseHeader
+from kio.schema.types import BrokerId, TopicName
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i8, i16, i32, i64
+
+TP = tuple[str, int]
+T = TypeVar("T")
+
+_SIZE = struct.Struct(">i")
+_write_header = entity_writer(RequestHeader)
+_read_header = entity_reader(ResponseHeader)
+_READERS: dict[type, Callable[[bytes, int], tuple[Any, int]]] = {
+    cls: entity_reader(cls) for cls in (MetadataResponse, ListOffsetsResponse, FetchResponse)
+}
+RETRY_BACKOFF_S = 0.1  # Kafka's retry.backoff.ms
+
+
+class KafkaCallError(RuntimeError):
+    """A call that did not succeed within its deadline, or failed for good."""
+
+
+class RetriableError(Exception):
+    """An answer worth another try after a metadata refresh."""
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    leader: int  # -1: none right now
+    leader_epoch: int
+
+
+@dataclass
+class ClusterMetadata:
+    brokers: dict[int, tuple[str, int]]
+    partitions: dict[TP, PartitionInfo]
+    internal_topics: set[str]
+    topic_errors: dict[str, ErrorCode]
+
+    def topics(self) -> set[str]:
+        return {t for t, _ in self.partitions}
+
+
+@dataclass(frozen=True)
+class FetchedPartition:
+    error: ErrorCode
+    high_watermark: int
+    log_start_offset: int
+    records: bytes
+
+
+class BrokerConnection:
+    """One socket to one broker; request, then read its answer (no pipelining)."""
+
+    def __init__(self, address: tuple[str, int], client_id: str, timeout_s: float) -> None:
+        self.address = address
+        self._client_id = client_id
+        self._sock = socket.create_connection(address, timeout=timeout_s)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._correlation = itertools.count(1)
+
+    def call(self, request: Any, response_cls: type[T]) -> T:
+        correlation_id = next(self._correlation)
+        buf = io.BytesIO()
+        buf.write(b"\0\0\0\0")
+        _write_header(
+            buf,
+            RequestHeader(
+                request_api_key=i16(request.__api_key__),
+                request_api_version=i16(request.__version__),
+                correlation_id=i32(correlation_id),
+                client_id=self._client_id,
+            ),
+        )
+        entity_writer(type(request))(buf, request)
+        frame = buf.getbuffer()
+        _SIZE.pack_into(frame, 0, len(frame) - 4)
+        self._sock.sendall(frame)
+        del frame
+        answer = self._read_frame()
+        header, pos = _read_header(answer, 0)
+        if header.correlation_id != correlation_id:
+            raise ConnectionError(
+                f"broker {self.address} answered correlation id {header.correlation_id}, "
+                f"expected {correlation_id}"
+            )
+        body, _ = _READERS[response_cls](answer, pos)
+        return body
+
+    def _read_frame(self) -> bytes:
+        (size,) = _SIZE.unpack(self._recv_exactly(4))
+        if size < 0:
+            raise ConnectionError(f"broker {self.address} sent a negative frame size")
+        return bytes(self._recv_exactly(size))
+
+    def _recv_exactly(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = self._sock.recv_into(view[got:])
+            if k == 0:
+                raise ConnectionError(f"broker {self.address} closed the connection")
+            got += k
+        return buf
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class KafkaClient:
+    def __init__(
+        self,
+        bootstrap: list[tuple[str, int]],
+        client_id: str = "kraft-spark",
+        request_timeout_ms: int = 30_000,
+        api_timeout_ms: int = 60_000,
+    ) -> None:
+        self._bootstrap = bootstrap
+        self._client_id = client_id
+        self._timeout_s = request_timeout_ms / 1000
+        self.api_timeout_s = api_timeout_ms / 1000
+        self._conns: dict[tuple[str, int], BrokerConnection] = {}
+        self._meta: ClusterMetadata | None = None
+
+    def __enter__(self) -> KafkaClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for c in self._conns.values():
+            c.close()
+        self._conns.clear()
+
+    # -- calls ---------------------------------------------------------------------------
+
+    def metadata(self, topics: Iterable[str] | None = None) -> ClusterMetadata:
+        """Metadata for `topics` (None: every topic), from any reachable broker."""
+        wanted = None if topics is None else sorted(set(topics))
+
+        def attempt() -> ClusterMetadata:
+            addresses = self._bootstrap
+            if self._meta is not None:  # known brokers first: the bootstrap ones may be down
+                addresses = list(self._meta.brokers.values()) + addresses
+            last: Exception | None = None
+            for address in dict.fromkeys(addresses):
+                try:
+                    resp = self._conn(address).call(_metadata_request(wanted), MetadataResponse)
+                except OSError as e:
+                    self._drop(address)
+                    last = e
+                    continue
+                self._meta = _cluster(resp)
+                return self._meta
+            raise RetriableError(f"no broker reachable ({last})")
+
+        return self._retry("Metadata", attempt)
+
+    def leaders(self, tps: Iterable[TP]) -> dict[TP, int]:
+        """The current leader of each partition; refreshes metadata until all have one."""
+        tps = list(tps)
+
+        def attempt() -> dict[TP, int]:
+            meta = self.metadata({t for t, _ in tps})
+            out = {}
+            for tp in tps:
+                info = meta.partitions.get(tp)
+                if info is None:
+                    err = meta.topic_errors.get(tp[0])
+                    if err is not None and not err.retriable:
+                        raise KafkaCallError(f"topic {tp[0]}: {err.name}")
+                    raise RetriableError(f"{tp[0]}-{tp[1]}: unknown partition")
+                if info.leader < 0 or info.leader not in meta.brokers:
+                    raise RetriableError(f"{tp[0]}-{tp[1]}: no leader")
+                out[tp] = info.leader
+            return out
+
+        return self._retry("Metadata", attempt)
+
+    def list_offsets(self, queries: dict[TP, int], read_committed: bool = False) -> dict[TP, int]:
+        """ListOffsets: -2 earliest, -1 latest (the HW, or the LSO when read_committed),
+        or a timestamp (the first offset at or after it; -1 if there is none)."""
+        out: dict[TP, int] = {}
+
+        def attempt() -> dict[TP, int]:
+            todo = {tp: ts for tp, ts in queries.items() if tp not in out}
+            by_leader: dict[int, list[TP]] = {}
+            for tp, leader in self.leaders(todo).items():
+                by_leader.setdefault(leader, []).append(tp)
+            retry: list[str] = []
+            for leader, tps in by_leader.items():
+                try:
+                    resp = self._call_broker(
+                        leader, _list_offsets_request(tps, todo, read_committed),
+                        ListOffsetsResponse,
+                    )
+                except OSError as e:
+                    retry.append(f"broker {leader}: {e}")
+                    continue
+                for t in resp.topics:
+                    for p in t.partitions:
+                        tp = (str(t.name), int(p.partition_index))
+                        if p.error_code == ErrorCode.none:
+                            out[tp] = int(p.offset)
+                        elif p.error_code.retriable:
+                            retry.append(f"{tp[0]}-{tp[1]}: {p.error_code.name}")
+                        else:
+                            raise KafkaCallError(f"ListOffsets {tp[0]}-{tp[1]}: "
+                                                 f"{p.error_code.name}")
+            if retry:
+                self._meta = None
+                raise RetriableError("; ".join(retry))
+            return out
+
+        return self._retry("ListOffsets", attempt)
+
+    def fetch_once(
+        self, leader: int, tp: TP, offset: int, max_bytes: int, read_committed: bool = False
+    ) -> FetchedPartition:
+        """One Fetch of one partition from `leader` (no retries: the reader decides)."""
+        req = FetchRequest(
+            max_wait=datetime.timedelta(milliseconds=500),
+            min_bytes=i32(1),
+            max_bytes=i32(max(max_bytes, 1)),
+            isolation_level=i8(1 if read_committed else 0),
+            topics=(
+                FetchTopic(
+                    topic=TopicName(tp[0]),
+                    partitions=(
+                        FetchPartition(
+                            partition=i32(tp[1]),
+                            fetch_offset=i64(offset),
+                            partition_max_bytes=i32(max_bytes),
+                        ),
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+        )
+        resp = self._call_broker(leader, req, FetchResponse)
+        if resp.error_code != ErrorCode.none:
+            return FetchedPartition(resp.error_code, -1, -1, b"")
+        for t in resp.responses:
+            for p in t.partitions:
+                if t.topic == tp[0] and p.partition_index == tp[1]:
+                    return FetchedPartition(
+                        p.error_code,
+                        int(p.high_watermark),
+                        int(p.log_start_offset),
+                        bytes(p.records) if p.records else b"",
+                    )
+        raise ConnectionError(f"broker {leader} answered a Fetch without {tp[0]}-{tp[1]}")
+
+    def forget_metadata(self) -> None:
+        self._meta = None
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _retry(self, what: str, attempt: Callable[[], T]) -> T:
+        deadline = time.monotonic() + self.api_timeout_s
+        while True:
+            try:
+                return attempt()
+            except RetriableError as e:
+                if time.monotonic() + RETRY_BACKOFF_S > deadline:
+                    raise KafkaCallError(
+                        f"{what} did not succeed within {self.api_timeout_s:g} s "
+                        f"(kafka.default.api.timeout.ms): {e}"
+                    ) from None
+                self._meta = None
+                time.sleep(RETRY_BACKOFF_S)  # backoff between attempts, not a wait for state
+
+    def _call_broker(self, broker_id: int, request: Any, response_cls: type[T]) -> T:
+        if self._meta is None or broker_id not in self._meta.brokers:
+            self.metadata()
+        assert self._meta is not None
+        address = self._meta.brokers.get(broker_id)
+        if address is None:
+            raise ConnectionError(f"broker {broker_id} is not in the cluster metadata")
+        try:
+            return self._conn(address).call(request, response_cls)
+        except OSError:
+            self._drop(address)
+            raise
+
+    def _conn(self, address: tuple[str, int]) -> BrokerConnection:
+        conn = self._conns.get(address)
+        if conn is None:
+            conn = BrokerConnection(address, self._client_id, self._timeout_s)
+            self._conns[address] = conn
+        return conn
+
+    def _drop(self, address: tuple[str, int]) -> None:
+        conn = self._conns.pop(address, None)
+        if conn is not None:
+            conn.close()
+
+
+def _metadata_request(topics: list[str] | None) -> MetadataRequest:
+    return MetadataRequest(
+        topics=None
+        if topics is None
+        else tuple(MetadataRequestTopic(topic_id=None, name=TopicName(t)) for t in topics),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+
+
+def _cluster(resp: MetadataResponse) -> ClusterMetadata:
+    partitions: dict[TP, PartitionInfo] = {}
+    internal: set[str] = set()
+    errors: dict[str, ErrorCode] = {}
+    for t in resp.topics:
+        name = str(t.name)
+        if t.error_code != ErrorCode.none:
+            errors[name] = t.error_code
+        if t.is_internal:
+            internal.add(name)
+        for p in t.partitions:
+            partitions[(name, int(p.partition_index))] = PartitionInfo(
+                int(p.leader_id), int(p.leader_epoch)
+            )
+    brokers = {int(b.node_id): (str(b.host), int(b.port)) for b in resp.brokers}
+    return ClusterMetadata(brokers, partitions, internal, errors)
+
+
+def _list_offsets_request(
+    tps: list[TP], timestamps: dict[TP, int], read_committed: bool
+) -> ListOffsetsRequest:
+    by_topic: dict[str, list[ListOffsetsPartition]] = {}
+    for tp in tps:
+        by_topic.setdefault(tp[0], []).append(
+            ListOffsetsPartition(partition_index=i32(tp[1]), timestamp=i64(timestamps[tp]))
+        )
+    return ListOffsetsRequest(
+        replica_id=BrokerId(-1),
+        isolation_level=i8(1 if read_committed else 0),
+        topics=tuple(
+            ListOffsetsTopic(name=TopicName(t), partitions=tuple(ps))
+            for t, ps in by_topic.items()
+        ),
+    )
+
+
+def java_full_match(pattern: str, topic: str) -> bool:
+    """subscribePattern: Java's `Pattern.matcher(topic).matches()` (the whole name)."""
+    return re.fullmatch(pattern, topic) is not None
