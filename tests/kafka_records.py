@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+Header = tuple[str, bytes | None]
+
 
 @dataclass(frozen=True)
 class Rec:
@@ -20,7 +22,7 @@ class Rec:
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
+    headers: tuple[Header, ...]
     timestamp_ms: int
 
 
@@ -30,8 +32,9 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 3, rf: int = 3) -
 
 
 def produce(bootstrap: str, topic: str,
-            records: list[tuple[bytes | None, bytes | None, int, int]]) -> None:
-    """Produce (key, value, partition, timestamp_ms) records; raise unless all acked."""
+            records: list[tuple[bytes | None, bytes | None, int, int, list[Header]]]) -> None:
+    """Produce (key, value, partition, timestamp_ms, headers) records, in order; raise
+    unless every one is acknowledged."""
     failed: list[str] = []
 
     def report(err: KafkaError | None, _msg: object) -> None:
@@ -39,9 +42,9 @@ def produce(bootstrap: str, topic: str,
             failed.append(err.str())
 
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
-    for key, value, partition, ts in records:
+    for key, value, partition, ts, headers in records:
         p.produce(topic, value=value, key=key, partition=partition, timestamp=ts,
-                  on_delivery=report)
+                  headers=headers or None, on_delivery=report)
     assert p.flush(30) == 0, "records left unacknowledged"
     assert not failed, failed
 
