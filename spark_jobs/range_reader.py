@@ -112,7 +112,10 @@ def _fetch_batches(c: KafkaClient, r: OffsetRange, s: ReadSettings) -> Iterator[
         try:
             leader = c.leaders([tp])[tp]
             got = c.fetch_once(leader, tp, offset, max_bytes, s.read_committed)
-        except (OSError, ConnectionError) as e:
+        except KafkaCallError as e:  # no leader found within the deadline
+            raise KafkaCallError(f"{r.topic}-{r.partition}: read [{r.from_offset}, "
+                                 f"{r.until_offset}) stopped at offset {offset}: {e}") from e
+        except OSError as e:
             last_problem = f"broker unreachable ({e})"
             c.forget_metadata()
             time.sleep(RETRY_BACKOFF_S)  # retry.backoff.ms before asking for a new leader

@@ -126,5 +126,10 @@ class KraftBatchReader(DataSourceReader):
         return [RangePartition(r, settings) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        yield from read_range(partition.offset_range, partition.settings)
+        return read_partition(partition)
+
+
+def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(partition, RangePartition):
+        return  # a plan with no ranges: Spark still runs one task, with a placeholder
+    yield from read_range(partition.offset_range, partition.settings)

@@ -23,8 +23,8 @@ from pyspark.sql.streaming.datasource import (
 
 from spark_jobs.options import EARLIEST, LATEST, TP, SourceOptions
 from spark_jobs.planner import offset_ranges, resolve_offsets, resolve_partitions, split_ranges
-from spark_jobs.range_reader import ReadSettings, read_range
-from spark_jobs.source import RangePartition, client_for
+from spark_jobs.range_reader import ReadSettings
+from spark_jobs.source import RangePartition, client_for, read_partition
 
 Offsets = dict[str, dict[str, int]]
 
@@ -98,8 +98,7 @@ class KraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [RangePartition(r, settings) for r in ranges if r.size > 0]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        yield from read_range(partition.offset_range, partition.settings)
+        return read_partition(partition)
 
     def commit(self, end: Offsets) -> None:
         """Nothing to do: progress lives in Spark's checkpoint, no group is used."""
