@@ -80,7 +80,7 @@ class KraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = self._available_now or self._latest()
         begin = self._with_new_partitions(from_json(start), latest)
         if isinstance(limit, ReadMaxRows):
-            latest = rate_limit(limit.maxRows, begin, latest)
+            latest = rate_limit(limit.max_rows, begin, latest)
         return to_json(latest)
 
     def reportLatestOffset(self) -> Offsets:

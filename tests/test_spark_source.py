@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -25,18 +24,12 @@ from spark_jobs.planner import OffsetRange
 from spark_jobs.range_reader import ReadSettings, read_range
 from spark_jobs.source import spark_schema
 from tests.cluster_procs import ProcCluster, wait_for
-from tests.spark_session import spark  # noqa: F401  (the shared session fixture)
 
 N = 100_000
 PARTITIONS = 6
 # Recent enough for the default 7-day retention (old records would be deleted under us).
 BASE_TS = (int(time.time()) // 60 - 10) * 60_000
 TOPIC = "events"
-BROKER_PROPS = {
-    "log.retention.check.interval.ms": "200",
-    "broker.session.timeout.ms": "6000",
-    "broker.heartbeat.interval.ms": "500",
-}
 
 
 def key_of(i: int) -> bytes | None:
@@ -49,13 +42,6 @@ def value_of(i: int) -> bytes:
 
 def headers_of(i: int) -> list[tuple[str, bytes | None]]:
     return [] if i % 5 == 0 else [("i", str(i).encode()), ("odd", None if i % 2 else b"even")]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcCluster]:
-    with ProcCluster(Path(tmp_path_factory.mktemp("spark")), broker_props=BROKER_PROPS) as c:
-        c.start()
-        yield c
 
 
 def create_topic(c: ProcCluster, name: str, partitions: int, config: dict | None = None,
@@ -99,13 +85,14 @@ def produce(
 
 
 @pytest.fixture(scope="module")
-def events(cluster: ProcCluster) -> ProcCluster:
+def events(spark_cluster: ProcCluster) -> ProcCluster:
+    cluster = spark_cluster
     create_topic(cluster, TOPIC, PARTITIONS)
     produce(cluster, TOPIC, ((i, i % PARTITIONS) for i in range(N)))
     return cluster
 
 
-def load(spark: Any, c: ProcCluster, **options: str) -> Any:  # noqa: F811
+def load(spark: Any, c: ProcCluster, **options: str) -> Any:
     reader = spark.read.format("kraft").option("kafka.bootstrap.servers", c.bootstrap)
     for k, v in options.items():
         reader = reader.option(k, v)
@@ -145,7 +132,7 @@ ALL = expected(dict.fromkeys(range(PARTITIONS), 0),
 
 
 def test_whole_topic_reads_back_exactly_with_the_kafka_sources_columns(
-    spark: Any, events: ProcCluster  # noqa: F811
+    spark: Any, events: ProcCluster
 ) -> None:
     df = load(spark, events, subscribe=TOPIC, includeHeaders="true")
     assert df.schema == spark_schema(include_headers=True)
@@ -157,7 +144,7 @@ def test_whole_topic_reads_back_exactly_with_the_kafka_sources_columns(
     assert plain.count() == N
 
 
-def test_offsets_by_json_select_exactly_that_range(spark: Any, events: ProcCluster) -> None:  # noqa: F811
+def test_offsets_by_json_select_exactly_that_range(spark: Any, events: ProcCluster) -> None:
     lo = {p: 10 * p + 3 for p in range(PARTITIONS)}
     hi = {p: 16_000 - 700 * p for p in range(PARTITIONS)}
     starting = {TOPIC: {str(p): n for p, n in lo.items()}}
@@ -171,7 +158,7 @@ def test_offsets_by_json_select_exactly_that_range(spark: Any, events: ProcClust
     assert indexes(rows_of(df)) == expected(lo, hi)
 
 
-def test_timestamps_select_the_records_at_or_after_them(spark: Any, events: ProcCluster) -> None:  # noqa: F811
+def test_timestamps_select_the_records_at_or_after_them(spark: Any, events: ProcCluster) -> None:
     # Global: records with timestamp in [BASE_TS + 600, BASE_TS + 1200).
     df = load(spark, events, subscribe=TOPIC, startingTimestamp=str(BASE_TS + 600),
               endingTimestamp=str(BASE_TS + 1200))
@@ -198,7 +185,7 @@ def test_timestamps_select_the_records_at_or_after_them(spark: Any, events: Proc
 
 
 def test_assign_and_subscribe_pattern_pick_their_partitions(
-    spark: Any, events: ProcCluster  # noqa: F811
+    spark: Any, events: ProcCluster
 ) -> None:
     df = load(spark, events, assign=json.dumps({TOPIC: [1, 4]}))
     got = indexes(rows_of(df))
@@ -216,7 +203,7 @@ def test_assign_and_subscribe_pattern_pick_their_partitions(
         load(spark, events, assign=json.dumps({"evx": [3]})).count()
 
 
-def test_min_partitions_splits_without_overlap_or_gap(spark: Any, events: ProcCluster) -> None:  # noqa: F811
+def test_min_partitions_splits_without_overlap_or_gap(spark: Any, events: ProcCluster) -> None:
     df = load(spark, events, subscribe=TOPIC, minPartitions="20")
     assert df.rdd.getNumPartitions() == 18  # 6 equal ranges, round(16667 / 5000) = 3 each
     per_task = df.rdd.mapPartitions(
@@ -237,7 +224,7 @@ def earliest(c: ProcCluster, topic: str) -> int:
         return k.list_offsets({(topic, 0): EARLIEST})[(topic, 0)]
 
 
-def test_a_range_deleted_by_retention_fails_or_is_skipped(spark: Any, events: ProcCluster) -> None:  # noqa: F811
+def test_a_range_deleted_by_retention_fails_or_is_skipped(spark: Any, events: ProcCluster) -> None:
     # Month-old timestamps in small segments: time retention deletes them, while the
     # records after them, ten minutes old, stay.
     create_topic(events, "retained", 1, {"segment.bytes": "4096", "retention.ms": "86400000"})
