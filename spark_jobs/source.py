@@ -23,6 +23,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
 )
@@ -101,7 +102,12 @@ class KraftDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from spark_jobs.writer import KraftWriter
 
-        return KraftWriter(self.options, schema)
+        return KraftWriter(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from spark_jobs.writer import KraftStreamWriter
+
+        return KraftStreamWriter(self.options, schema)
 
 
 class KraftBatchReader(DataSourceReader):
