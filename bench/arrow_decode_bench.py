@@ -3,8 +3,8 @@ one core.
 
     python -m bench.arrow_decode_bench [--records N] [--rounds 5] [--out PATH]
 
-The records are what a producer sends: 100-byte random values, 8-byte keys, timestamps a
-few ms apart, in batches of ~16 KiB (a producer's default batch.size). They are laid out
+The records are what a producer sends: 100-byte random values, 8-byte keys, ten records per ms
+(timestamps), in batches of ~16 KiB (a producer's default batch.size). They are laid out
 as one partition's log; a consumer loop then reads it the way the Spark executor does:
 from its fetch offset, up to 1 MiB of batches (the last one usually cut short, as in a
 broker's Fetch answer), decode, continue at the returned next offset. Only the decode is

@@ -112,11 +112,8 @@ def check(
 @contextmanager
 def stepping(mode: str) -> Iterator[None]:
     """Force the numpy lockstep or the Python loop for record boundaries."""
-    limits = {"default": (8, 32), "python": (FAR, FAR), "lockstep": (1, 0)}[mode]
-    with (
-        mock.patch.object(arrow_records, "_LOCKSTEP_MIN_BATCHES", limits[0]),
-        mock.patch.object(arrow_records, "_LOCKSTEP_RATIO", limits[1]),
-    ):
+    ratio = {"default": arrow_records._LOCKSTEP_RATIO, "python": FAR, "lockstep": 0}[mode]
+    with mock.patch.object(arrow_records, "_LOCKSTEP_RATIO", ratio):
         yield
 
 
@@ -341,6 +338,12 @@ def test_header_key_that_is_not_utf8_is_replaced_like_the_reference() -> None:
 def test_many_small_batches_and_long_records_take_every_stepping_path() -> None:
     batches = [build_batch(recs(2 + i % 3), base_offset=10 * i) for i in range(40)]
     check(batches)  # the numpy lockstep by default
+    # ...which finds the boundaries itself, for equal and unequal batches: a silent
+    # fallback to the Python loop would be correct, but several times slower.
+    python = mock.patch.object(arrow_records, "_heads_python", side_effect=AssertionError)
+    for chosen in (batches, [build_batch(recs(4), base_offset=4 * i) for i in range(40)]):
+        with python:
+            assert actual(b"".join(chosen))[0]
     # A 3-byte record length (a body over 8 KiB) makes the lockstep redo it in Python.
     batches[17] = build_batch([Record(b"x" * 9000, timestamp=1)] * 2, base_offset=170)
     check(batches, start=15, end=300)
@@ -377,21 +380,70 @@ def test_bad_record_lengths_with_a_valid_crc_raise(at: int, value: int) -> None:
             decode_records(b"".join(batches), TOPIC, PARTITION, 0, FAR, False)
 
 
-def test_bad_header_counts_and_null_header_keys_raise() -> None:
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        (b"\x04\x02k", "does not match its headers"),  # 2 headers, room for 1
+        (b"\x03\x02k", "invalid header count -2"),
+        (b"\x06\x02k", "invalid header count 3"),  # more than the bytes left can hold
+        (b"\x02\x01k", "header key is null"),
+        (b"\x00\x02k", "does not match its fields"),  # no headers, bytes left over
+    ],
+)
+def test_bad_header_counts_and_null_header_keys_raise(edit: bytes, why: str) -> None:
     batch = build_batch([Record(b"v", headers=(("k", b"h"),))])
     at = batch.rindex(b"\x02\x02k")  # header count 1, key length 1, "k"
-    for edit in (b"\x04\x02k", b"\x03\x02k", b"\x02\x01k", b"\x00\x02k"):
-        data = reseal(batch[:at] + edit + batch[at + 3 :])
-        with pytest.raises(RecordsDecodeError, match="offset 0 in events-3"):
-            decode_records(data, TOPIC, PARTITION, 0, FAR, True)
+    data = reseal(batch[:at] + edit + batch[at + 3 :])
+    for include_headers in (False, True):  # checked even when the column is not wanted
+        with pytest.raises(RecordsDecodeError, match=f"offset 0 in events-3: .*{why}"):
+            decode_records(data, TOPIC, PARTITION, 0, FAR, include_headers)
+
+
+@pytest.mark.parametrize(("which", "why"), [(0, "its headers"), (1, "its fields")])
+def test_a_byte_left_over_in_a_record_with_or_without_headers(which: int, why: str) -> None:
+    """Record 0 has headers, record 1 none; one of them gets a byte past its fields."""
+    batch = build_batch([Record(b"v", headers=(("k", b"h"),)), Record(b"w")], base_offset=8)
+    body = bytearray(batch[HEADER_SIZE:])
+    second = 1 + (body[0] >> 1)  # after the first record's 1-byte length and its body
+    at = (0, second)[which]
+    body.insert(at + 1 + (body[at] >> 1), 0)  # a byte at the end of the record...
+    body[at] += 2  # ...which is one longer (zigzag)
+    data = reseal(batch[:HEADER_SIZE] + body)
+    with pytest.raises(CorruptRecordError, match="does not match its fields"):
+        decode_batch(RecordBatchView(data))
+    with pytest.raises(RecordsDecodeError, match=f"offset 8 in events-3: .*match {why}"):
+        decode_records(data, TOPIC, PARTITION, 0, FAR, True)
+
+
+def test_over_long_varints_raise() -> None:
+    """Kafka reads at most 5 bytes for an int32 varint, 10 for the timestamp varlong."""
+    batch = build_batch([Record(b"v", b"k", timestamp=0)], base_offset=6)
+    body = batch[HEADER_SIZE:]  # length, attributes, ts delta 0, offset delta 0, key length
+    key_len_6_bytes = b"\x82\x80\x80\x80\x80\x00"  # 1, over-long
+    long_key = body[:4] + key_len_6_bytes + body[5:]
+    long_key = bytes([body[0] + 10]) + long_key[1:]
+    ts_11_bytes = b"\x80" * 10 + b"\x00"  # 0, over-long
+    long_ts = bytes([body[0] + 20]) + body[1:2] + ts_11_bytes + body[3:]
+    for data, why in ((long_key, "longer than 5 bytes"), (long_ts, "longer than 10 bytes")):
+        with pytest.raises(RecordsDecodeError, match=f"offset 6 in events-3: .*{why}"):
+            decode_records(reseal(batch[:HEADER_SIZE] + data), TOPIC, PARTITION, 0, FAR, False)
 
 
 def test_record_count_that_does_not_match_the_records_raises() -> None:
     batch = bytearray(build_batch(recs(3)))
-    for count in (2, 4, 10**6, -1):
+    for count in (2, 4, 10**6, -1, 0):
         struct.pack_into(">i", batch, RECORDS_COUNT, count)
         with pytest.raises(RecordsDecodeError, match="offset 0 in events-3"):
             decode_records(reseal(batch), TOPIC, PARTITION, 0, FAR, False)
+
+
+def test_empty_batch_gives_no_rows_but_advances_next_offset() -> None:
+    """An empty batch (count 0, as a log cleaner may keep for producer state)."""
+    empty = bytearray(build_batch(recs(3), base_offset=20)[:HEADER_SIZE])
+    struct.pack_into(">i", empty, RECORDS_COUNT, 0)
+    empty = reseal(empty)
+    assert actual(empty, start=20) == (None, 23)
+    assert [r[4] for r in check([empty, build_batch(recs(1), base_offset=23)])] == [23]
 
 
 def test_magic_other_than_2_raises() -> None:
