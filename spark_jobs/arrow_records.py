@@ -104,7 +104,7 @@ def decode_records(
     """Rows of one Fetch partition's `records` with start <= offset < end, and the offset
     to fetch next (last offset + 1 of the last complete batch seen, at least `start`).
     A truncated trailing batch is ignored; decoding stops at a batch based at >= end."""
-    mv = memoryview(records)
+    mv = memoryview(records or b"")  # (a Fetch answer's records may be null)
     size = len(mv)
     pos = 0
     next_offset = start
@@ -150,9 +150,11 @@ def decode_records(
         return None, next_offset
     counts = np.array([m[0] for m in meta], np.int64)
     starts = np.cumsum([0] + [len(c) for c in chunks[:-1]], dtype=np.int64)
+    # One copy of the record bytes; _PAD lets fixed-width reads run past the end.
+    data = b"".join([*chunks, _PAD])
+    if len(data) >= 1 << 31:  # binary_view offsets are int32 (fetches are MiBs, not GiBs)
+        raise ValueError(f"{len(data)} bytes of records in one fetch: over 2 GiB")
     try:
-        # One copy of the record bytes; _PAD lets fixed-width reads run past the end.
-        data = b"".join([*chunks, _PAD])
         columns = _decode(data, starts, counts, meta, start, end, include_headers)
     except _BadRecord as bad:
         index, why = bad.args

@@ -221,6 +221,8 @@ def test_empty_and_partial_input_give_no_rows_and_the_start_offset() -> None:
     batch = build_batch(recs(3), base_offset=40)
     for data in (b"", batch[:5], batch[:20], batch[:-1]):
         assert decode_records(data, TOPIC, PARTITION, 40, FAR, True) == (None, 40)
+    none = None  # a Fetch answer's null records
+    assert decode_records(none, TOPIC, PARTITION, 40, FAR, True) == (None, 40)  # type: ignore[arg-type]
 
 
 def test_partial_trailing_batch_is_ignored() -> None:
