@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
     }
     elapsed = time.perf_counter() - t_start
-    write_results(args.out, "arrow_decode", ("spark_jobs", "bench"), body, elapsed)
+    code = ("spark_jobs/arrow_records.py", "bench/arrow_decode_bench.py")
+    write_results(args.out, "arrow_decode", code, body, elapsed)
     verdict = "met" if met else "NOT met"
     print(f"target >= {TARGET_RECORDS_S / 1e6:.0f}M records/s uncompressed: {verdict}")
     return 0 if met else 1
