@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: venv test test-long run bench lint clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py spark_jobs/_record_walk.c
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
 	@command -v kcat >/dev/null 2>&1 || { \
 	  echo "installing kcat (Debian package) for the client tests"; \

@@ -102,6 +102,7 @@ def _fetch_batches(c: KafkaClient, r: OffsetRange, s: ReadSettings) -> Iterator[
     max_bytes = s.max_partition_fetch_bytes
     deadline = time.monotonic() + c.api_timeout_s
     last_problem = ""
+    leader: int | None = None
     while offset < r.until_offset:
         if time.monotonic() > deadline:
             raise KafkaCallError(
@@ -110,17 +111,20 @@ def _fetch_batches(c: KafkaClient, r: OffsetRange, s: ReadSettings) -> Iterator[
                 f"(kafka.default.api.timeout.ms); last problem: {last_problem}"
             )
         try:
-            leader = c.leaders([tp])[tp]
+            if leader is None:  # first, or after an error: ask Metadata, else keep it
+                leader = c.leaders([tp])[tp]
             got = c.fetch_once(leader, tp, offset, max_bytes, s.read_committed)
         except KafkaCallError as e:  # no leader found within the deadline
             raise KafkaCallError(f"{r.topic}-{r.partition}: read [{r.from_offset}, "
                                  f"{r.until_offset}) stopped at offset {offset}: {e}") from e
         except OSError as e:
             last_problem = f"broker unreachable ({e})"
+            leader = None
             c.forget_metadata()
             time.sleep(RETRY_BACKOFF_S)  # retry.backoff.ms before asking for a new leader
             continue
         if got.error == ErrorCode.offset_out_of_range:
+            leader = None
             offset = _after_out_of_range(c, r, offset, s)
             deadline = time.monotonic() + c.api_timeout_s
             continue
@@ -129,6 +133,7 @@ def _fetch_batches(c: KafkaClient, r: OffsetRange, s: ReadSettings) -> Iterator[
                 raise KafkaCallError(f"Fetch {r.topic}-{r.partition} at {offset}: "
                                      f"{got.error.name}")
             last_problem = got.error.name
+            leader = None
             c.forget_metadata()
             time.sleep(RETRY_BACKOFF_S)
             continue
