@@ -26,9 +26,15 @@ class Rec:
     timestamp_ms: int
 
 
+# Kept forever: the tests' records carry fixed timestamps from 2024, and the shared Spark
+# cluster checks retention every 200 ms (tests/spark_session.py), which would delete them
+# under the default 7 days.
+KEEP = {"retention.ms": "-1"}
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int = 3, rf: int = 3) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, rf)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, partitions, rf, config=KEEP)])[topic].result(30)
 
 
 def produce(bootstrap: str, topic: str,

@@ -8,7 +8,6 @@ write is read back with pyarrow, and the printed lines are compared exactly.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,6 @@ import pytest
 from spark_jobs import export_parquet, key_counts
 from tests.cluster_procs import ProcCluster
 from tests.kafka_records import create_topic, produce
-from tests.spark_session import spark  # noqa: F401
-
-# The tests take the imported `spark` fixture as a parameter: pytest's way, ruff's F811.
-# ruff: noqa: F811
 
 TOPIC = "jobs-input"
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -42,12 +37,12 @@ RECORDS: list[tuple[bytes | None, bytes | None, int, int, list[tuple[str, bytes 
 
 
 @pytest.fixture(scope="module")
-def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with ProcCluster(Path(tmp_path_factory.mktemp("spark-jobs"))) as c:
-        c.start()
-        create_topic(c.bootstrap, TOPIC, partitions=3)
-        produce(c.bootstrap, TOPIC, [(k, v, p, T0_MS + dt, h) for k, v, p, dt, h in RECORDS])
-        yield c.bootstrap
+def bootstrap(spark_cluster: ProcCluster) -> str:
+    """The Spark tests' shared cluster (conftest), with this module's topic produced."""
+    c = spark_cluster
+    create_topic(c.bootstrap, TOPIC, partitions=3)
+    produce(c.bootstrap, TOPIC, [(k, v, p, T0_MS + dt, h) for k, v, p, dt, h in RECORDS])
+    return c.bootstrap
 
 
 def expected_rows(headers: bool) -> list[dict[str, Any]]:
@@ -144,3 +139,20 @@ def test_key_counts_writes_every_key_to_parquet(
         {"key": b"\xff", "count": 1, "value_bytes": 2, "first_timestamp": ts(7000),
          "last_timestamp": ts(7000)},
     ], key=lambda r: repr(r["key"]))
+
+
+def test_missing_topic_gives_empty_results(
+    spark: Any, bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Like Spark's Kafka source, a subscribed topic that does not exist reads as empty.
+    topic = "jobs-missing"
+    assert key_counts.main(["--bootstrap-server", bootstrap, "--topic", topic]) == 0
+    assert capsys.readouterr().out == (
+        f"top 0 of 0 keys of topic {topic} by count\n"
+        "key  count  value_bytes  first_timestamp  last_timestamp\n"
+    )
+    out = tmp_path / "empty"
+    assert export_parquet.main(["--bootstrap-server", bootstrap, "--topic", topic,
+                                "--out", str(out), "--include-headers"]) == 0
+    assert read_parquet(out) == []
+    assert capsys.readouterr().out.startswith(f"exported 0 rows of topic {topic} to ")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import socket
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,10 +33,6 @@ from spark_jobs.sink_task import KafkaWriteError, write_batches
 from spark_jobs.writer import KafkaSinkError, KraftWriter, plan_sink
 from tests.cluster_procs import ProcCluster
 from tests.kafka_records import Rec, create_topic, read_topic
-from tests.spark_session import spark  # noqa: F401
-
-# The tests take the imported `spark` fixture as a parameter: pytest's way, ruff's F811.
-# ruff: noqa: F811
 
 HEADERS = ArrayType(StructType([StructField("key", StringType()),
                                 StructField("value", BinaryType())]))
@@ -45,11 +40,10 @@ HEADERS_DDL = "array<struct<key:string,value:binary>>"
 _topics = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcCluster]:
-    with ProcCluster(Path(tmp_path_factory.mktemp("spark-writer"))) as c:
-        c.start()
-        yield c
+@pytest.fixture
+def cluster(spark_cluster: ProcCluster) -> ProcCluster:
+    """The Spark tests' shared cluster (conftest); this module's topics are sink-*."""
+    return spark_cluster
 
 
 def new_topic(c: ProcCluster, partitions: int = 3) -> str:
@@ -62,8 +56,8 @@ def schema(**cols: DataType) -> StructType:
     return StructType([StructField(n, t) for n, t in cols.items()])
 
 
-def save(df: Any, bootstrap: str, **options: str) -> None:
-    w = df.write.format("kraft").option("kafka.bootstrap.servers", bootstrap).mode("append")
+def save(df: Any, bootstrap: str, mode: str = "append", **options: str) -> None:
+    w = df.write.format("kraft").option("kafka.bootstrap.servers", bootstrap).mode(mode)
     for k, v in options.items():
         w = w.option(k, v)
     w.save()
@@ -195,6 +189,16 @@ def test_bad_schema_fails_save_with_sparks_words(spark: Any, cluster: ProcCluste
         e.value)
 
 
+def test_overwrite_mode_fails_save(spark: Any, cluster: ProcCluster) -> None:
+    topic = new_topic(cluster, 1)
+    with pytest.raises(PySparkException) as e:
+        save(spark.createDataFrame([("x",)], "value string"), cluster.bootstrap,
+             mode="overwrite", topic=topic)
+    assert ("Save mode Overwrite not allowed for Kafka. Allowed save modes are Append and "
+            "ErrorIfExists (default).") in str(e.value)
+    assert read_topic(cluster.bootstrap, topic) == []  # nothing was written
+
+
 def test_undelivered_record_fails_the_write(spark: Any, cluster: ProcCluster) -> None:
     topic = new_topic(cluster, 3)
     df = spark.createDataFrame([("ok", 0), ("nowhere", 99)], "value string, partition int")
@@ -232,9 +236,6 @@ def test_unreachable_cluster_raises_after_the_delivery_timeout() -> None:
 def test_stream_writer_writes_each_micro_batch(
     spark: Any, cluster: ProcCluster, tmp_path: Path
 ) -> None:
-    from tests import spark_sink_stream
-
-    spark_sink_stream.register(spark)
     topic = new_topic(cluster, 2)
     src = tmp_path / "in"
     rows = [(f"k{i}", f"v{i}", i % 2) for i in range(20)]
@@ -242,7 +243,7 @@ def test_stream_writer_writes_each_micro_batch(
         str(src))
     query = (
         spark.readStream.schema("key string, value string, partition int").parquet(str(src))
-        .writeStream.format(spark_sink_stream.FORMAT)
+        .writeStream.format("kraft")
         .option("kafka.bootstrap.servers", cluster.bootstrap).option("topic", topic)
         .option("checkpointLocation", str(tmp_path / "ckpt"))
         .trigger(availableNow=True).start()
