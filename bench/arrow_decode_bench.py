@@ -1,7 +1,7 @@
 """Decode micro-bench: `spark_jobs.arrow_records.decode_records`, records per second on
 one core.
 
-    python -m bench.arrow_decode_bench [--records N] [--rounds 5] [--out PATH]
+    python -m bench.arrow_decode_bench [--records N] [--rounds 5] [--out PATH] [--no-c-walk]
 
 The records are what a producer sends: 100-byte random values, 8-byte keys, ten records
 per ms, in batches of ~16 KiB (a producer's default batch.size). They are laid out as one
@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from bench.storage_bench import REPO, write_results
+from spark_jobs import arrow_records
 from spark_jobs.arrow_records import decode_records
 from storage.compression import Compression
 from storage.records import Record, build_batch
@@ -95,7 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--no-c-walk", action="store_true", help="without the C record walk, as if not built"
+    )
     args = parser.parse_args(argv)
+    if args.no_c_walk:
+        arrow_records._c_record_heads = None
+    c_walk = arrow_records._c_record_heads is not None
+    print(f"record boundaries: {'C walk' if c_walk else 'numpy lockstep / Python loop'}")
     t_start = time.perf_counter()
     rng = random.Random(42)
     lines = [
@@ -149,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             "key_bytes": 8,
             "batch_bytes": BATCH_BYTES,
             "fetch_bytes": FETCH_BYTES,
+            "c_record_walk": c_walk,
         },
         "target": {"uncompressed_records_per_cpu_s": TARGET_RECORDS_S, "met": met},
         "load_average": list(os.getloadavg()),

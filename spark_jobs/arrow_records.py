@@ -33,11 +33,16 @@ from storage.record_batch import (
 )
 from storage.records import CorruptRecordError, read_varint
 
+try:  # the record-length walk in C (setup.py builds it where a compiler is available)
+    from spark_jobs._record_walk import record_heads as _c_record_heads
+except ImportError:  # pragma: no cover - numpy lockstep or the Python loop instead
+    _c_record_heads = None
+
 _HEADER: Final = struct.Struct(">qiibIhiqqqhii")  # storage.record_batch's 61-byte layout
 _PREFIX: Final = struct.Struct(">qi")  # baseOffset, batchLength
 _PAD: Final = bytes(16)  # after the data, so fixed-width reads near its end stay inside
-# Record boundaries: all batches stepped in lockstep with numpy when the rows number more
-# than this many times the longest batch's (there are many batches); else a Python loop.
+# Record boundaries, without the C walk: all batches stepped in lockstep with numpy when
+# the rows number more than this many times the longest batch's; else a Python loop.
 _LOCKSTEP_RATIO = 16
 _TS_TYPE: Final = pa.timestamp("us", tz="UTC")
 _HEADER_STRUCT: Final = pa.struct([("key", pa.string()), ("value", pa.binary())])
@@ -183,20 +188,27 @@ def _decode(
     [start, end) of `data`: the batches' record regions back to back, then _PAD."""
     u8 = np.frombuffer(data, np.uint8)
     data_end = len(data) - len(_PAD)
-    heads = None
-    # A lockstep step costs a few numpy calls (~2 us here), as much as ~15 records of the
-    # Python loop (~130 ns each), so it pays when there are many batches. It does not
-    # follow 3+-byte record lengths (bodies >= 8 KiB): those fail the check in _bodies
-    # and are redone in Python.
-    if int(counts.sum()) > _LOCKSTEP_RATIO * int(counts.max()):
+    # Record boundaries, checked by _bodies whichever way they were found.
+    heads = bodies = None
+    if _c_record_heads is not None:
+        heads = np.empty(int(counts.sum()), np.int64)
+        try:
+            _c_record_heads(data, region_starts, counts, heads)
+        except ValueError:  # corrupt lengths: the Python loop finds and names the batch
+            heads = None
+    elif int(counts.sum()) > _LOCKSTEP_RATIO * int(counts.max()):
+        # A lockstep step costs a few numpy calls (~2 us here), as much as ~15 records of
+        # the Python loop (~130 ns each), so it pays when there are many batches. It does
+        # not follow 3+-byte record lengths (bodies >= 8 KiB): those fail _bodies' check
+        # and are redone in Python.
         try:
             heads = _heads_numpy(data, region_starts, counts)
-            body_start, body_end = _bodies(u8, heads, data_end)
+            bodies = _bodies(u8, heads, data_end)
         except (_BadRecord, IndexError):
             heads = None
     if heads is None:
         heads = _heads_python(data, region_starts, counts)
-        body_start, body_end = _bodies(u8, heads, data_end)
+    body_start, body_end = bodies or _bodies(u8, heads, data_end)
 
     p = body_start + 1  # the record attributes byte: unused
     ts_delta, n = _varint(u8, p, 10)

@@ -101,7 +101,7 @@ def check(
     """decode_records == the oracle, whichever way record boundaries are found."""
     rows, next_offset = expected(batches, start, end, include_headers)
     data = b"".join(batches) + tail
-    for mode in ("default", "python", "lockstep"):
+    for mode in MODES:
         with stepping(mode):
             got, got_next = actual(data, start, end, include_headers)
         assert (got or [], got_next) == (rows, next_offset), mode
@@ -109,11 +109,20 @@ def check(
     return rows
 
 
+# The ways record boundaries are found: the C walk (where built); without it, numpy
+# lockstep or the Python loop as the rows per batch choose, or either one forced.
+C_WALK = arrow_records._c_record_heads is not None
+MODES = ("no c", "python", "lockstep") + (("c",) if C_WALK else ())
+
+
 @contextmanager
 def stepping(mode: str) -> Iterator[None]:
-    """Force the numpy lockstep or the Python loop for record boundaries."""
-    ratio = {"default": arrow_records._LOCKSTEP_RATIO, "python": FAR, "lockstep": 0}[mode]
-    with mock.patch.object(arrow_records, "_LOCKSTEP_RATIO", ratio):
+    c_walk = arrow_records._c_record_heads if mode == "c" else None
+    ratio = {"python": FAR, "lockstep": 0}.get(mode, arrow_records._LOCKSTEP_RATIO)
+    with (
+        mock.patch.object(arrow_records, "_c_record_heads", c_walk),
+        mock.patch.object(arrow_records, "_LOCKSTEP_RATIO", ratio),
+    ):
         yield
 
 
@@ -344,11 +353,22 @@ def test_many_small_batches_and_long_records_take_every_stepping_path() -> None:
     # fallback to the Python loop would be correct, but several times slower.
     python = mock.patch.object(arrow_records, "_heads_python", side_effect=AssertionError)
     for chosen in (batches, [build_batch(recs(4), base_offset=4 * i) for i in range(40)]):
-        with python:
-            assert actual(b"".join(chosen))[0]
+        for mode in ("no c", "c") if C_WALK else ("no c",):  # lockstep; the C walk
+            with stepping(mode), python:
+                assert actual(b"".join(chosen))[0]
     # A 3-byte record length (a body over 8 KiB) makes the lockstep redo it in Python.
     batches[17] = build_batch([Record(b"x" * 9000, timestamp=1)] * 2, base_offset=170)
     check(batches, start=15, end=300)
+
+
+@pytest.mark.skipif(not C_WALK, reason="spark_jobs._record_walk is not built")
+def test_the_c_walk_is_used_where_built() -> None:
+    batch = build_batch(recs(5))
+    with (
+        mock.patch.object(arrow_records, "_heads_python", side_effect=AssertionError),
+        mock.patch.object(arrow_records, "_heads_numpy", side_effect=AssertionError),
+    ):
+        assert actual(batch)[1] == 5
 
 
 # -- corruption -------------------------------------------------------------------------
@@ -377,7 +397,7 @@ def _edit_varint(batch: bytes, at: int, value: int) -> bytes:
 def test_bad_record_lengths_with_a_valid_crc_raise(at: int, value: int) -> None:
     batches = [build_batch(recs(2), base_offset=0), build_batch(recs(4), base_offset=2)]
     batches[1] = _edit_varint(batches[1], at, value)
-    for mode in ("python", "lockstep"):
+    for mode in MODES:
         with stepping(mode), pytest.raises(RecordsDecodeError, match=r"offset 2 in events-3"):
             decode_records(b"".join(batches), TOPIC, PARTITION, 0, FAR, False)
 
