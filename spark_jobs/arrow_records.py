@@ -3,10 +3,11 @@
 Executors decode every record of a topic here, so the cost per record is what counts.
 Python touches each *batch* (header, CRC32C, decompression) but, in the common case,
 never each record: the record bytes of all batches are joined into one buffer; record
-boundaries come from stepping every batch's records side by side with numpy (a plain
-Python loop when there are only a few, big batches); every field is then decoded for
-all records at once, and key/value columns are gathered by Arrow's C++ cast from a
-binary_view array built over that buffer. The record layout and the correctness oracle
+boundaries come from the C walk in spark_jobs._record_walk where it is built, else from
+stepping every batch's records side by side with numpy (a plain Python loop when there
+are only a few, big batches); every field is then decoded for all records at once, and
+key/value columns are gathered by Arrow's C++ cast from a binary_view array built over
+that buffer. The record layout and the correctness oracle
 are `storage.records` (`decode_batch`).
 """
 
