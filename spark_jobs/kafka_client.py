@@ -26,7 +26,6 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-from kio.schema.fetch.v12.response import FetchResponse
 from kio.schema.list_offsets.v7.request import (
     ListOffsetsPartition,
     ListOffsetsRequest,
@@ -36,7 +35,6 @@ from kio.schema.list_offsets.v7.response import ListOffsetsResponse
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.metadata.v12.response import MetadataResponse
 from kio.schema.request_header.v2.header import RequestHeader
-from kio.schema.response_header.v1.header import ResponseHeader
 from kio.schema.types import BrokerId, TopicName
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i8, i16, i32, i64
@@ -46,9 +44,8 @@ T = TypeVar("T")
 
 _SIZE = struct.Struct(">i")
 _write_header = entity_writer(RequestHeader)
-_read_header = entity_reader(ResponseHeader)
 _READERS: dict[type, Callable[[bytes, int], tuple[Any, int]]] = {
-    cls: entity_reader(cls) for cls in (MetadataResponse, ListOffsetsResponse, FetchResponse)
+    cls: entity_reader(cls) for cls in (MetadataResponse, ListOffsetsResponse)
 }
 RETRY_BACKOFF_S = 0.1  # Kafka's retry.backoff.ms
 
@@ -83,7 +80,7 @@ class FetchedPartition:
     error: ErrorCode
     high_watermark: int
     log_start_offset: int
-    records: bytes
+    records: bytes | memoryview
 
 
 class BrokerConnection:
@@ -97,6 +94,14 @@ class BrokerConnection:
         self._correlation = itertools.count(1)
 
     def call(self, request: Any, response_cls: type[T]) -> T:
+        """Send `request`, decode its answer with kio."""
+        answer, pos = self.call_raw(request)
+        body, _ = _READERS[response_cls](bytes(answer), pos)  # kio wants bytes
+        return body
+
+    def call_raw(self, request: Any) -> tuple[bytearray, int]:
+        """Send `request`; its answer frame (not copied) and where the body starts
+        (after the v1 response header, whose tagged fields are skipped)."""
         correlation_id = next(self._correlation)
         buf = io.BytesIO()
         buf.write(b"\0\0\0\0")
@@ -115,20 +120,18 @@ class BrokerConnection:
         self._sock.sendall(frame)
         del frame
         answer = self._read_frame()
-        header, pos = _read_header(answer, 0)
-        if header.correlation_id != correlation_id:
+        (got,) = _SIZE.unpack_from(answer, 0)
+        if got != correlation_id:
             raise ConnectionError(
-                f"broker {self.address} answered correlation id {header.correlation_id}, "
-                f"expected {correlation_id}"
+                f"broker {self.address} answered correlation id {got}, expected {correlation_id}"
             )
-        body, _ = _READERS[response_cls](answer, pos)
-        return body
+        return answer, _skip_tags(answer, 4)
 
-    def _read_frame(self) -> bytes:
+    def _read_frame(self) -> bytearray:
         (size,) = _SIZE.unpack(self._recv_exactly(4))
-        if size < 0:
-            raise ConnectionError(f"broker {self.address} sent a negative frame size")
-        return bytes(self._recv_exactly(size))
+        if size < 4:
+            raise ConnectionError(f"broker {self.address} sent a frame of {size} bytes")
+        return self._recv_exactly(size)
 
     def _recv_exactly(self, n: int) -> bytearray:
         buf = bytearray(n)
@@ -276,19 +279,12 @@ class KafkaClient:
             ),
             forgotten_topics_data=(),
         )
-        resp = self._call_broker(leader, req, FetchResponse)
-        if resp.error_code != ErrorCode.none:
-            return FetchedPartition(resp.error_code, -1, -1, b"")
-        for t in resp.responses:
-            for p in t.partitions:
-                if t.topic == tp[0] and p.partition_index == tp[1]:
-                    return FetchedPartition(
-                        p.error_code,
-                        int(p.high_watermark),
-                        int(p.log_start_offset),
-                        bytes(p.records) if p.records else b"",
-                    )
-        raise ConnectionError(f"broker {leader} answered a Fetch without {tp[0]}-{tp[1]}")
+        answer, pos = self._call_broker_raw(leader, req)
+        try:
+            return parse_fetch_v12(answer, pos, tp)
+        except (struct.error, IndexError, UnicodeDecodeError, ValueError) as e:
+            # Treated as a broken connection: the reader reconnects and asks again.
+            raise ConnectionError(f"broker {leader} sent a malformed Fetch answer: {e}") from e
 
     def forget_metadata(self) -> None:
         self._meta = None
@@ -310,6 +306,11 @@ class KafkaClient:
                 time.sleep(RETRY_BACKOFF_S)  # backoff between attempts, not a wait for state
 
     def _call_broker(self, broker_id: int, request: Any, response_cls: type[T]) -> T:
+        answer, pos = self._call_broker_raw(broker_id, request)
+        body, _ = _READERS[response_cls](bytes(answer), pos)  # kio wants bytes
+        return body
+
+    def _call_broker_raw(self, broker_id: int, request: Any) -> tuple[bytearray, int]:
         if self._meta is None or broker_id not in self._meta.brokers:
             self.metadata()
         assert self._meta is not None
@@ -317,7 +318,7 @@ class KafkaClient:
         if address is None:
             raise ConnectionError(f"broker {broker_id} is not in the cluster metadata")
         try:
-            return self._conn(address).call(request, response_cls)
+            return self._conn(address).call_raw(request)
         except OSError:
             self._drop(address)
             raise
@@ -384,3 +385,62 @@ def _list_offsets_request(
 def java_full_match(pattern: str, topic: str) -> bool:
     """subscribePattern: Java's `Pattern.matcher(topic).matches()` (the whole name)."""
     return re.fullmatch(pattern, topic) is not None
+
+
+# -- Fetch answers by hand: the hot path (kio would copy every partition's records) ------
+
+_I16 = struct.Struct(">h")
+_FETCH_PARTITION = struct.Struct(">ihqqq")  # index, error, HW, last stable, log start
+_NO_RECORDS = memoryview(b"")
+
+
+def _uvarint(buf: bytearray, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    for i in range(5):
+        b = buf[pos + i]
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos + i + 1
+        shift += 7
+    raise ValueError("unsigned varint longer than 5 bytes")
+
+
+def _skip_tags(buf: bytearray, pos: int) -> int:
+    count, pos = _uvarint(buf, pos)
+    for _ in range(count):
+        _, pos = _uvarint(buf, pos)
+        size, pos = _uvarint(buf, pos)
+        pos += size
+    return pos
+
+
+def parse_fetch_v12(frame: bytearray, pos: int, tp: TP) -> FetchedPartition:
+    """The answer for `tp` in a Fetch v12 response body at `pos`; its records are a view
+    into `frame`, not a copy."""
+    view = memoryview(frame)
+    error = _I16.unpack_from(frame, pos + 4)[0]  # after throttle_time_ms
+    if error:
+        return FetchedPartition(ErrorCode(error), -1, -1, _NO_RECORDS)
+    pos += 10  # throttle_time_ms, error_code, session_id
+    n_topics, pos = _uvarint(frame, pos)
+    for _ in range(n_topics - 1):
+        name_len, pos = _uvarint(frame, pos)
+        topic = bytes(view[pos : pos + name_len - 1]).decode()
+        pos += name_len - 1
+        n_parts, pos = _uvarint(frame, pos)
+        for _ in range(n_parts - 1):
+            index, err, hw, _, log_start = _FETCH_PARTITION.unpack_from(frame, pos)
+            pos += _FETCH_PARTITION.size
+            n_aborted, pos = _uvarint(frame, pos)
+            for _ in range(max(n_aborted - 1, 0)):  # producer id, first offset, tags
+                pos = _skip_tags(frame, pos + 16)
+            pos += 4  # preferred_read_replica
+            size, pos = _uvarint(frame, pos)
+            records = view[pos : pos + size - 1] if size else _NO_RECORDS
+            if len(records) != max(size - 1, 0):
+                raise ValueError("records run past the frame")
+            pos = _skip_tags(frame, pos + max(size - 1, 0))
+            if (topic, index) == tp:
+                return FetchedPartition(ErrorCode(err), hw, log_start, records)
+        pos = _skip_tags(frame, pos)
+    raise ValueError(f"no answer for {tp[0]}-{tp[1]}")

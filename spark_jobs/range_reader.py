@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 MIN_ROWS_PER_BATCH = 8192  # Arrow batches below this cost Spark more per row
 MAX_FETCH_BYTES = 256 * 1024 * 1024  # cap when growing a fetch for one oversized batch
+MAX_GROWN_FETCH_BYTES = 16 * 1024 * 1024  # cap when growing a fetch to fill a batch
 
 INSTRUCTION_FOR_FAIL_ON_DATA_LOSS = (
     "Some data may have been lost because they are not available in Kafka any more; "
@@ -155,6 +156,10 @@ def _fetch_batches(c: KafkaClient, r: OffsetRange, s: ReadSettings) -> Iterator[
         offset = next_offset
         deadline = time.monotonic() + c.api_timeout_s
         if rows is not None and rows.num_rows:
+            # Ask for enough bytes that one fetch makes a whole Arrow batch at the record
+            # sizes seen: gluing small batches together would copy every column again.
+            want = len(got.records) * MIN_ROWS_PER_BATCH * 5 // (4 * rows.num_rows)
+            max_bytes = max(max_bytes, min(want, MAX_GROWN_FETCH_BYTES))
             yield rows
 
 
