@@ -38,6 +38,8 @@ bench: $(STAMP)
 	$(PY) -m bench.controller_bench
 	$(PY) -m bench.broker_bench
 	$(PY) -m bench.latency_bench
+	$(PY) -m bench.arrow_decode_bench
+	$(PY) -m bench.spark_bench
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
