@@ -276,7 +276,9 @@ def test_the_leader_dying_mid_read_is_retried_on_the_new_leader(events: ProcClus
         restart(events, [leader])
 
 
-def test_no_leader_at_all_is_a_clear_error_not_a_short_read(events: ProcCluster) -> None:
+def test_no_leader_at_all_is_a_clear_error_not_a_short_read(
+    spark: Any, events: ProcCluster
+) -> None:
     create_topic(events, "lonely", 1, replication=1)
     produce(events, "lonely", ((i, 0) for i in range(50)))
     s = settings(events, api_timeout_ms=3000, max_partition_fetch_bytes=1)
@@ -287,5 +289,12 @@ def test_no_leader_at_all_is_a_clear_error_not_a_short_read(events: ProcCluster)
     try:
         with pytest.raises(KafkaCallError, match=r"lonely-0: read \[0, 50\) stopped at offset 0"):
             list(reader)
+        # The same through Spark: the task fails and the query says why.
+        df = load(spark, events, assign=json.dumps({"lonely": [0]}),
+                  startingOffsets=json.dumps({"lonely": {"0": 0}}),
+                  endingOffsets=json.dumps({"lonely": {"0": 50}}),
+                  **{"kafka.default.api.timeout.ms": "3000"})
+        with pytest.raises(Exception, match=r"lonely-0: read \[0, 50\) stopped at offset 0"):
+            df.count()
     finally:
         restart(events, [leader])
