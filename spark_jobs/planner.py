@@ -12,7 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spark_jobs.kafka_client import KafkaClient, java_full_match
-from spark_jobs.options import EARLIEST, LATEST, TP, Position, SourceOptionError, Subscription
+from spark_jobs.options import (
+    EARLIEST,
+    LATEST,
+    TP,
+    Position,
+    SourceOptionError,
+    SourceOptions,
+    Subscription,
+)
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,16 @@ def resolve_offsets(
         # Kafka's rule for an ending timestamp past every record: read to the latest.
         found.update(client.list_offsets(dict.fromkeys(missing, LATEST), read_committed))
     return found
+
+
+def starting_offsets(client: KafkaClient, o: SourceOptions) -> tuple[list[TP], dict[TP, int]]:
+    """The subscription's partitions and where reading them starts (batch and stream)."""
+    tps = resolve_partitions(client, o.subscription)
+    start = resolve_offsets(
+        client, tps, o.starting, starting=True, read_committed=o.read_committed,
+        timestamp_strategy=o.starting_timestamp_strategy,
+    )
+    return tps, start
 
 
 def offset_ranges(

@@ -44,8 +44,8 @@ from spark_jobs.planner import (
     OffsetRange,
     offset_ranges,
     resolve_offsets,
-    resolve_partitions,
     split_ranges,
+    starting_offsets,
 )
 from spark_jobs.range_reader import ReadSettings, read_range
 
@@ -117,11 +117,7 @@ class KraftBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         o = self.options
         with client_for(o) as client:
-            tps = resolve_partitions(client, o.subscription)
-            start = resolve_offsets(
-                client, tps, o.starting, starting=True, read_committed=o.read_committed,
-                timestamp_strategy=o.starting_timestamp_strategy,
-            )
+            tps, start = starting_offsets(client, o)
             end = resolve_offsets(
                 client, tps, o.ending, starting=False, read_committed=o.read_committed
             )

@@ -22,7 +22,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from spark_jobs.options import EARLIEST, LATEST, TP, SourceOptions
-from spark_jobs.planner import offset_ranges, resolve_offsets, resolve_partitions, split_ranges
+from spark_jobs.planner import offset_ranges, resolve_partitions, split_ranges, starting_offsets
 from spark_jobs.range_reader import ReadSettings
 from spark_jobs.source import RangePartition, client_for, read_partition
 
@@ -60,13 +60,8 @@ class KraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now: dict[TP, int] | None = None
 
     def initialOffset(self) -> Offsets:
-        o = self.options
-        with client_for(o) as client:
-            tps = resolve_partitions(client, o.subscription)
-            start = resolve_offsets(
-                client, tps, o.starting, starting=True, read_committed=o.read_committed,
-                timestamp_strategy=o.starting_timestamp_strategy,
-            )
+        with client_for(self.options) as client:
+            _, start = starting_offsets(client, self.options)
         return to_json(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
