@@ -36,26 +36,14 @@ PARTITIONS = 4
 
 
 def session() -> Any:
-    # Workers must find this interpreter and `bench` (for the baseline source's class).
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    # Workers must find `bench` too (the baseline source's class): PYTHONPATH, set
+    # before the JVM starts.
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    from pyspark.sql import SparkSession
-
-    import spark_jobs
     from bench.spark_baseline import ArrowMemorySource
+    from spark_jobs.job_common import local_session
 
-    spark = (
-        SparkSession.builder.master("local[2]").appName("kraft-spark-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark_jobs.register(spark)
+    spark = local_session("kraft-spark-bench")
     spark.dataSource.register(ArrowMemorySource)
     return spark
 

@@ -12,17 +12,38 @@ from typing import Any
 import spark_jobs
 
 
-@contextmanager
-def job_session(app_name: str) -> Iterator[Any]:
-    """A local[2] session with the "kraft" format; stopped at the end if we started it.
-
-    A session already active in this process (a test's, a notebook's) is used as it is
-    and left running: stopping it would pull it from under its owner.
-    """
+def local_session(app_name: str, shuffle_partitions: int = 4) -> Any:
+    """A local[2] session on 127.0.0.1 with the "kraft" format registered: the jobs',
+    the tests' and the bench's. UI off, timestamps in UTC."""
     # Before the JVM starts: the workers must run this interpreter, which has the
     # project's packages (spark_jobs must unpickle there).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")  # timestamps printed and kept in UTC
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark_jobs.register(spark)
+    return spark
+
+
+@contextmanager
+def job_session(app_name: str) -> Iterator[Any]:
+    """`local_session`, stopped at the end if we started it.
+
+    A session already active in this process (a test's, a notebook's) is used as it is
+    and left running: stopping it would pull it from under its owner.
+    """
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
@@ -30,18 +51,8 @@ def job_session(app_name: str) -> Iterator[Any]:
         spark_jobs.register(active)
         yield active
         return
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")  # timestamps printed and kept in UTC
-        .config("spark.sql.shuffle.partitions", "4")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session(app_name)
     try:
-        spark_jobs.register(spark)
         yield spark
     finally:
         spark.stop()

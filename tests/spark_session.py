@@ -2,15 +2,13 @@
 
 Session start costs 5-10 s here, so every Spark test module shares one (pytest's
 session scope), and one cluster of 3 controllers and 3 brokers (`spark_cluster`); each
-module uses topics of its own. Workers must run this interpreter: PYSPARK_PYTHON is set before the
-JVM starts, and the project is installed in the venv (`pip install -e`), so the
-source's classes unpickle on the workers.
+module uses topics of its own. The session is the jobs' `local_session`: workers run
+this interpreter, where the project is installed (`pip install -e`), so the source's
+classes unpickle there.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,27 +25,10 @@ SPARK_CLUSTER_PROPS = {
 }
 
 
-def new_session(master: str = "local[2]") -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+def new_session() -> Any:
+    from spark_jobs.job_common import local_session
 
-    import spark_jobs
-
-    spark = (
-        SparkSession.builder.master(master)
-        .appName("kraft-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark_jobs.register(spark)
-    return spark
+    return local_session("kraft-tests", shuffle_partitions=2)
 
 
 @pytest.fixture(scope="session")
