@@ -5,9 +5,19 @@ without importing each other."""
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.codec import CloseConnection as CloseConnection  # re-exported for handlers
+from broker.codec import RequestHeader
+from common.api_keys import ApiKey
+
+if TYPE_CHECKING:
+    from broker.admin import Admin
+    from broker.group.manager import GroupCoordinator
+    from broker.replica_manager import ReplicaManager
+    from metadata_log.image import MetadataImage
 
 # Kafka error codes (org.apache.kafka.common.protocol.Errors) used by the handlers.
 UNKNOWN_SERVER_ERROR = -1
@@ -35,6 +45,43 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 
 # A framed response: bytes, a list of buffers and FileSlices, or None (no response).
 Response = bytes | list[Any] | None
+
+
+class BrokerApis(Protocol):
+    """What a handler reaches: the broker's parts themselves, called directly (the
+    replica manager for the data path, the group coordinator, the admin facade that
+    forwards to the active controller), plus the metadata image and listener facts."""
+
+    broker_id: int
+    cluster_id: str
+    replica_manager: ReplicaManager
+    groups: GroupCoordinator
+    admin: Admin
+
+    def image(self) -> MetadataImage: ...
+
+    def advertised_endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        """(host, port) clients should use for `broker_id` on this listener."""
+        ...
+
+    def topic_name_by_id(self, topic_id: Any) -> str | None: ...
+
+
+Handler = Callable[[BrokerApis, RequestHeader, Any], Awaitable[Response]]
+ErrorAnswer = Callable[[RequestHeader, Any, int], Response]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiHandler:
+    """One API as a broker serves it: the versions it advertises and the handler, in
+    one row, so the two cannot drift. Each handler module exports a tuple of these
+    (`API_HANDLERS`); `broker.apis` builds ApiVersions and dispatch from them."""
+
+    api_key: ApiKey
+    min_version: int
+    max_version: int
+    handle: Handler
+    error_answer: ErrorAnswer | None  # None: no error field to carry a handler failure
 
 
 def to_ms(value: datetime.timedelta | int) -> int:
