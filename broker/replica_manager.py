@@ -19,19 +19,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.alter_partition import AlterPartitionManager
 from broker.config import BrokerConfig, describe_topic_configs
-from broker.controller_channel import MetadataUpdate
 from broker.fetcher import FetcherManager, FollowerData, FollowerFetchState
 from broker.hosted import HostedPartition, finish, log_headers, start_leader_epoch
+from broker.metadata_publisher import LoaderManifest
 from broker.partition import NO_LEADER, AlterIsr, Partition
 from broker.producer_state import ProducerStateManager
 from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from common.clock import SYSTEM_CLOCK, Clock
+from metadata_log.delta import MetadataDelta
 from metadata_log.image import MetadataImage, PartitionRegistration
 from metadata_log.records import TOPIC_RESOURCE
 from storage.checkpoint import PARTITION_METADATA, CheckpointError, write_partition_metadata
@@ -55,10 +55,6 @@ FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
 
 
-def monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
 @dataclass(eq=False)
 class _Plan:
     tp: TP
@@ -78,7 +74,7 @@ class ReplicaManager:
         *,
         fetchers: FetcherManager | None = None,
         alter_partitions: AlterPartitionManager | None = None,
-        clock_ms: Callable[[], int] = monotonic_ms,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
         self.broker_id = config.node_id
@@ -86,7 +82,7 @@ class ReplicaManager:
         self.fetchers = fetchers
         # None (unit tests without a controller): the ISR stays as the metadata says.
         self.alter_partitions = alter_partitions
-        self._clock_ms = clock_ms
+        self._clock_ms = clock.monotonic_ms
         self._image = MetadataImage()
         self._partitions: dict[TP, HostedPartition] = {}
         self._file_work: asyncio.Future[int] | None = None  # a metadata update's file step
@@ -120,10 +116,13 @@ class ReplicaManager:
 
     # -- metadata ----------------------------------------------------------------------------
 
-    async def apply_update(self, update: MetadataUpdate) -> None:
-        """Apply one metadata update; the controller channel awaits it before the next."""
-        old, new, snapshot = update.old, update.image, update.snapshot
-        changes = update.delta.local_changes(self.broker_id)
+    async def on_metadata_update(
+        self, delta: MetadataDelta, image: MetadataImage, manifest: LoaderManifest
+    ) -> None:
+        """MetadataPublisher: apply one metadata update (the loader awaits it before the
+        next, and before the publishers after us see it)."""
+        old, new, snapshot = manifest.previous, image, manifest.snapshot
+        changes = delta.local_changes(self.broker_id)
         targets = {**changes.leaders, **changes.followers}
         deletes = {tp for tp in changes.deletes if tp not in targets}
         for tp, h in self._partitions.items():
@@ -162,7 +161,7 @@ class ReplicaManager:
             self._install(deletes, plans, heavy, new)
         self._update_configs(old, new)
         if failed:
-            # The channel retries the update (from a snapshot): the failed ones again.
+            # The loader retries the update (from a snapshot): the failed ones again.
             raise RuntimeError(f"{failed} replicas could not be prepared (see above)")
 
     def _needs_transition(self, pl: _Plan) -> bool:

@@ -1,6 +1,7 @@
-"""One broker, assembled: storage, the controller channel, the replica manager, the
-follower fetchers and the Kafka listener. `BrokerServer` is the `BrokerRuntime` the
-protocol handlers see.
+"""One broker, assembled: storage, the controller channel, the broker lifecycle, the
+metadata loader and its publishers, the replica manager, the follower fetchers and the
+Kafka listener, all on one clock. `BrokerServer` is the `BrokerRuntime` the protocol
+handlers see.
 
 Start-up (as Kafka's BrokerServer): open and recover the logs, register, catch up with
 the metadata log up to our registration (which creates our replicas), open the Kafka
@@ -19,17 +20,16 @@ import logging
 from broker.alter_partition import AlterPartitionManager
 from broker.apis import KafkaApis
 from broker.config import BrokerConfig
-from broker.controller_channel import (
-    ControllerChannel,
-    ControllerError,
-    ControllerUnavailable,
-    MetadataUpdate,
-)
+from broker.controller_channel import ControllerChannel, ControllerError, ControllerUnavailable
 from broker.fetcher import FetcherConfig, FetcherManager
 from broker.group.manager import OFFSETS_TOPIC, GroupCoordinator
+from broker.lifecycle import BrokerLifecycleManager
+from broker.metadata_loader import MetadataLoader
 from broker.network import KafkaServer
 from broker.replica_manager import ReplicaManager
 from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from common.clock import SYSTEM_CLOCK, Clock
+from common.errors import Errors
 from metadata_log.controller_api import (
     CreatableTopic,
     CreatableTopicResult,
@@ -39,7 +39,6 @@ from metadata_log.controller_api import (
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
-    Errors,
     TopicResult,
 )
 from metadata_log.image import MetadataImage
@@ -48,15 +47,31 @@ from storage.log_manager import LogManager
 
 log = logging.getLogger("broker.server")
 
-COORDINATOR_LOAD_IN_PROGRESS = 14  # what Kafka answers while it has no producer id block
-
 
 class BrokerServer:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
         self.broker_id = config.node_id
         self.cluster_id = config.cluster_id
+        self.clock = clock  # the one clock every asyncio shell below reads and sleeps on
         self.log_manager = LogManager(config.log_dirs, config.log_config, config.log_manager_config)
+        self.channel = ControllerChannel(
+            config.node_id,
+            list(config.controller_endpoints.values()),
+            request_timeout_ms=config.request_timeout_ms,
+            clock=clock,
+        )
+        self.lifecycle = BrokerLifecycleManager(
+            self.channel,
+            [
+                Endpoint(x.name, x.host, x.port, x.security_protocol)
+                for x in config.advertised_listeners
+            ],
+            rack=config.rack,
+            heartbeat_interval_ms=config.heartbeat_interval_ms,
+            clock=clock,
+        )
+        self.loader = MetadataLoader(self.channel, clock=clock)
         self.fetchers = FetcherManager(
             config.node_id,
             FetcherConfig(
@@ -67,24 +82,18 @@ class BrokerServer:
                 backoff_ms=config.replica_fetch_backoff_ms,
                 socket_timeout_ms=config.replica_socket_timeout_ms,
             ),
-            broker_epoch=lambda: self.channel.broker_epoch,
-        )
-        self.channel = ControllerChannel(
-            config.node_id,
-            list(config.controller_endpoints.values()),
-            [
-                Endpoint(x.name, x.host, x.port, x.security_protocol)
-                for x in config.advertised_listeners
-            ],
-            rack=config.rack,
-            heartbeat_interval_ms=config.heartbeat_interval_ms,
-            request_timeout_ms=config.request_timeout_ms,
+            broker_epoch=lambda: self.lifecycle.broker_epoch,
+            clock=clock,
         )
         self.alter_partitions = AlterPartitionManager(
-            config.node_id, self.channel.alter_partition, lambda: self.channel.broker_epoch
+            config.node_id, self.channel.alter_partition, lambda: self.lifecycle.broker_epoch
         )
         self.replica_manager = ReplicaManager(
-            config, self.log_manager, fetchers=self.fetchers, alter_partitions=self.alter_partitions
+            config,
+            self.log_manager,
+            fetchers=self.fetchers,
+            alter_partitions=self.alter_partitions,
+            clock=clock,
         )
         self.fetchers.target = self.replica_manager
         self.groups = GroupCoordinator(
@@ -92,8 +101,15 @@ class BrokerServer:
             self.replica_manager,
             self._create_offsets_topic,
             config.offsets_commit_timeout_ms,
+            clock=clock,
         )
-        self.channel.set_on_update(self._apply_update)
+        # Who sees each applied metadata batch, in this order (one line per publisher).
+        self.loader.publishers += [
+            self.replica_manager,  # first: the others read the replicas it made or dropped
+            self.groups,  # loads or drops the groups of the offsets partitions we lead
+            # (to come: the authorizer, dynamic configs, SCRAM credentials)
+            self.lifecycle,  # last: "caught up" must mean every publisher above applied it
+        ]
         self.auto_create_topics_enable = config.auto_create_topics_enable
         self.listener: KafkaServer | None = None
         self._stop_tasks = asyncio.Event()
@@ -110,7 +126,9 @@ class BrokerServer:
         await asyncio.to_thread(self.log_manager.startup)
         self._logs_open = True
         await self.channel.start()
-        await self.channel.wait_until_caught_up(float("inf"))
+        self.loader.start()
+        self.lifecycle.start()
+        await self.lifecycle.wait_until_caught_up(float("inf"))
         x = self.config.listener
         self.listener = KafkaServer(
             KafkaApis(self).handle,
@@ -132,13 +150,13 @@ class BrokerServer:
                 self.replica_manager.run_isr_expiration(self._stop_tasks), name="isr-expiration"
             ),
         ]
-        self.channel.ready_to_unfence()
-        await self.channel.wait_until_unfenced(float("inf"))
+        self.lifecycle.ready_to_unfence()
+        await self.lifecycle.wait_until_unfenced(float("inf"))
 
     async def controlled_shutdown(self) -> None:
         """Hand our leaderships over (the listener keeps serving meanwhile)."""
         timeout = self.config.controlled_shutdown_timeout_ms / 1000
-        if await self.channel.controlled_shutdown(timeout):
+        if await self.lifecycle.controlled_shutdown(timeout):
             log.info("controlled shutdown complete broker=%d", self.broker_id)
         else:
             log.warning("controlled shutdown timed out after %.0fs; stopping", timeout)
@@ -157,17 +175,15 @@ class BrokerServer:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        await self.channel.stop()
+        await self.loader.stop()
+        await self.lifecycle.stop()
+        await self.channel.close()
         await self.replica_manager.wait_file_work()
         if self._logs_open:
             with contextlib.suppress(OSError):
                 await self.replica_manager.checkpoint_high_watermarks()
             await asyncio.to_thread(self.log_manager.shutdown)
             self._logs_open = False
-
-    async def _apply_update(self, update: MetadataUpdate) -> None:
-        await self.replica_manager.apply_update(update)
-        self.groups.on_metadata()  # loads or drops the groups of offsets partitions
 
     async def _create_offsets_topic(self) -> None:
         """__consumer_offsets on first use, compacted, as Kafka creates it."""
@@ -245,12 +261,12 @@ class BrokerServer:
         async with self._pid_lock:
             if self._pid_next >= self._pid_end:
                 try:
-                    resp = await self.channel.allocate_producer_ids()
+                    resp = await self.channel.allocate_producer_ids(self.lifecycle.broker_epoch)
                 except (ControllerError, ControllerUnavailable) as exc:
                     log.info("no producer id block: %s", exc)
-                    return COORDINATOR_LOAD_IN_PROGRESS, -1, -1
+                    return Errors.COORDINATOR_LOAD_IN_PROGRESS, -1, -1
                 if resp.error_code != Errors.NONE or resp.producer_id_len <= 0:
-                    return COORDINATOR_LOAD_IN_PROGRESS, -1, -1
+                    return Errors.COORDINATOR_LOAD_IN_PROGRESS, -1, -1
                 self._pid_next = resp.producer_id_start
                 self._pid_end = resp.producer_id_start + resp.producer_id_len
             pid = self._pid_next

@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 import pytest
 
 from broker.config import BrokerConfig, from_properties
-from broker.controller_channel import MetadataUpdate
 from broker.fetcher import FollowerData
+from broker.metadata_publisher import LoaderManifest
 from broker.producer_state import (
     INT32_MAX,
     BatchHeader,
@@ -113,29 +113,32 @@ def register(broker_id: int, port: int) -> RegisterBrokerRecord:
     return RegisterBrokerRecord(broker_id, f"inc-{broker_id}", broker_id, (ep,), None, False)
 
 
+Update = tuple[MetadataDelta, MetadataImage, LoaderManifest]  # (delta, image, manifest)
+
+
 class Metadata:
-    """A metadata log in memory: records in, MetadataUpdates out."""
+    """A metadata log in memory: records in, what the loader hands its publishers out."""
 
     def __init__(self, brokers: tuple[int, ...] = (1, 2, 3)) -> None:
         self.image = MetadataImage()
         self.offset = -1
         self.pending: list[Record] = [register(b, 1) for b in brokers]
 
-    def update(self, *records: Record) -> MetadataUpdate:
+    def update(self, *records: Record) -> Update:
         delta = MetadataDelta(self.image)
         for r in [*self.pending, *records]:
             self.offset += 1
             delta.replay(r, self.offset)
         self.pending = []
         old, self.image = self.image, delta.apply()
-        return MetadataUpdate(old, self.image, delta, snapshot=False)
+        return delta, self.image, LoaderManifest(old, snapshot=False)
 
-    def snapshot(self) -> MetadataUpdate:
+    def snapshot(self) -> Update:
         """The whole image as a broker that loads a snapshot sees it."""
         delta = MetadataDelta(MetadataImage())
         for i, r in enumerate(snapshot_records(self.image)):
             delta.replay(r, i)
-        return MetadataUpdate(MetadataImage(), self.image, delta, snapshot=True)
+        return delta, self.image, LoaderManifest(MetadataImage(), snapshot=True)
 
 
 def topic(
@@ -222,7 +225,7 @@ def test_producer_state_keeps_five_batches_and_wraps_sequences() -> None:
 async def test_produce_and_fetch_with_rf1(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic()))
+    await rm.on_metadata_update(*md.update(*topic()))
     r = await rm.produce(TOPIC, 0, batch(b"a", b"b"), acks=1, timeout_ms=1000)
     assert (r.error_code, r.base_offset) == (0, 0)
     r = await rm.produce(TOPIC, 0, batch(b"c"), acks=-1, timeout_ms=1000)
@@ -242,10 +245,10 @@ async def test_produce_and_fetch_with_rf1(tmp_path: Path) -> None:
 async def test_errors_for_followers_and_fenced_epochs(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic(replicas=(2, 1), leader=2, epoch=3)))
+    await rm.on_metadata_update(*md.update(*topic(replicas=(2, 1), leader=2, epoch=3)))
     assert (await rm.produce(TOPIC, 0, batch(b"a"), 1, 1000)).error_code == 6
     assert rm.fetch(fp(0), -1, 0).error_code == 6
-    await rm.apply_update(md.update(PartitionChangeRecord(TID, 0, (1, 2), 1, 4, 1)))
+    await rm.on_metadata_update(*md.update(PartitionChangeRecord(TID, 0, (1, 2), 1, 4, 1)))
     assert rm.fetch(fp(0, epoch=3), -1, 0).error_code == 74  # FENCED_LEADER_EPOCH
     assert rm.fetch(fp(0, epoch=4), -1, 0).error_code == 0
     assert rm.partition(TOPIC, 0).log.leader_epoch_cache.latest_epoch == 4  # type: ignore[union-attr]
@@ -255,7 +258,7 @@ async def test_errors_for_followers_and_fenced_epochs(tmp_path: Path) -> None:
 async def test_acks_all_waits_for_the_isr_and_consumers_see_only_committed(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic(replicas=(1, 2, 3))))
+    await rm.on_metadata_update(*md.update(*topic(replicas=(1, 2, 3))))
     produce = asyncio.create_task(rm.produce(TOPIC, 0, batch(b"a", b"b"), -1, 10_000))
     await eventually(lambda: rm.partition(TOPIC, 0).log.log_end_offset == 2, 5, "append")  # type: ignore[union-attr]
     assert fetched(rm, 0) == []  # the HW is still 0
@@ -272,17 +275,17 @@ async def test_acks_all_waits_for_the_isr_and_consumers_see_only_committed(tmp_p
 async def test_min_insync_replicas_and_timeouts(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path, **{"min.insync.replicas": "2"})
-    await rm.apply_update(md.update(*topic(replicas=(1, 2), isr=(1,))))
+    await rm.on_metadata_update(*md.update(*topic(replicas=(1, 2), isr=(1,))))
     r = await rm.produce(TOPIC, 0, batch(b"a"), -1, 1000)
     assert r.error_code == 19  # NOT_ENOUGH_REPLICAS, nothing appended
     assert rm.partition(TOPIC, 0).log.log_end_offset == 0  # type: ignore[union-attr]
     assert (await rm.produce(TOPIC, 0, batch(b"a"), 1, 1000)).error_code == 0
-    await rm.apply_update(md.update(PartitionChangeRecord(TID, 0, (1, 2), 1, 0, 1)))
+    await rm.on_metadata_update(*md.update(PartitionChangeRecord(TID, 0, (1, 2), 1, 0, 1)))
     r = await rm.produce(TOPIC, 0, batch(b"b"), -1, 50)
     assert r.error_code == 7  # REQUEST_TIMED_OUT: broker 2 never fetched
     assert rm.partition(TOPIC, 0).core.pending_count == 0  # type: ignore[union-attr]
     # a topic-level min.insync.replicas wins over the broker's
-    await rm.apply_update(md.update(ConfigRecord(2, TOPIC, "min.insync.replicas", "3")))
+    await rm.on_metadata_update(*md.update(ConfigRecord(2, TOPIC, "min.insync.replicas", "3")))
     assert (await rm.produce(TOPIC, 0, batch(b"c"), -1, 50)).error_code == 19
 
 
@@ -290,7 +293,7 @@ async def test_min_insync_replicas_and_timeouts(tmp_path: Path) -> None:
 async def test_idempotent_retries_get_original_offsets(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic()))
+    await rm.on_metadata_update(*md.update(*topic()))
     first = batch(b"a", b"b", pid=42, epoch=0, seq=0)
     assert (await rm.produce(TOPIC, 0, first, 1, 1000)).base_offset == 0
     assert (
@@ -312,12 +315,12 @@ async def test_idempotent_retries_get_original_offsets(tmp_path: Path) -> None:
 async def test_producer_state_is_rebuilt_from_the_log_after_a_restart(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic()))
+    await rm.on_metadata_update(*md.update(*topic()))
     for seq in range(3):
         await rm.produce(TOPIC, 0, batch(b"v%d" % seq, pid=9, epoch=2, seq=seq), 1, 1000)
     rm.log_manager.shutdown()
     rm2 = manager(tmp_path)
-    await rm2.apply_update(md.snapshot())
+    await rm2.on_metadata_update(*md.snapshot())
     retry = await rm2.produce(TOPIC, 0, batch(b"v2", pid=9, epoch=2, seq=2), 1, 1000)
     assert (retry.error_code, retry.base_offset) == (0, 2)
     assert (
@@ -330,7 +333,7 @@ async def test_producer_state_is_rebuilt_from_the_log_after_a_restart(tmp_path: 
 async def test_wait_for_data_wakes_on_append_and_times_out(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic()))
+    await rm.on_metadata_update(*md.update(*topic()))
     t0 = time.monotonic()
     await rm.wait_for_data([fp(0)], 1, 50)
     assert time.monotonic() - t0 >= 0.04
@@ -345,7 +348,7 @@ async def test_wait_for_data_wakes_on_append_and_times_out(tmp_path: Path) -> No
 async def test_consumers_wait_for_the_hw_followers_for_the_leo(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic(replicas=(1, 2))))
+    await rm.on_metadata_update(*md.update(*topic(replicas=(1, 2))))
     consumer = asyncio.create_task(rm.wait_for_data([fp(0)], 1, 30_000))
     follower = asyncio.create_task(rm.wait_for_data([fp(0)], 1, 30_000, replica_id=2))
     await asyncio.sleep(0)
@@ -360,10 +363,10 @@ async def test_consumers_wait_for_the_hw_followers_for_the_leo(tmp_path: Path) -
 async def test_leadership_loss_fails_pending_produces(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic(replicas=(1, 2))))
+    await rm.on_metadata_update(*md.update(*topic(replicas=(1, 2))))
     produce = asyncio.create_task(rm.produce(TOPIC, 0, batch(b"a"), -1, 30_000))
     await eventually(lambda: rm.partition(TOPIC, 0).core.pending_count == 1, 5, "pending")  # type: ignore[union-attr]
-    await rm.apply_update(md.update(PartitionChangeRecord(TID, 0, (2,), 2, 1, 1)))
+    await rm.on_metadata_update(*md.update(PartitionChangeRecord(TID, 0, (2,), 2, 1, 1)))
     assert (await asyncio.wait_for(produce, 5)).error_code == 6
 
 
@@ -371,9 +374,9 @@ async def test_leadership_loss_fails_pending_produces(tmp_path: Path) -> None:
 async def test_divergence_is_reported_to_followers(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic(replicas=(1, 2), isr=(1,))))
+    await rm.on_metadata_update(*md.update(*topic(replicas=(1, 2), isr=(1,))))
     await rm.produce(TOPIC, 0, batch(b"a", b"b"), 1, 1000)  # epoch 0: offsets 0-1
-    await rm.apply_update(md.update(PartitionChangeRecord(TID, 0, (1,), 1, 2, 1)))
+    await rm.on_metadata_update(*md.update(PartitionChangeRecord(TID, 0, (1,), 1, 2, 1)))
     await rm.produce(TOPIC, 0, batch(b"c"), 1, 1000)  # epoch 2 from offset 2
     # a follower that had epoch 1 up to offset 5 (written by a leader we never saw)
     r = rm.fetch(fp(5, last_epoch=1), 2, 0)
@@ -386,7 +389,7 @@ async def test_divergence_is_reported_to_followers(tmp_path: Path) -> None:
 async def test_follower_appends_truncates_and_follows_the_hw(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic(replicas=(2, 1), leader=2)))
+    await rm.on_metadata_update(*md.update(*topic(replicas=(2, 1), leader=2)))
     leader_log = Log(tmp_path / "leader" / f"{TOPIC}-0")
     leader_log.append_as_leader(bytearray(batch(b"a", b"b")), 0)
     leader_log.append_as_leader(bytearray(batch(b"c", pid=5, epoch=0, seq=0)), 0)
@@ -413,19 +416,19 @@ async def test_follower_appends_truncates_and_follows_the_hw(tmp_path: Path) -> 
 async def test_deleted_and_recreated_topics_lose_their_replicas(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic()))
+    await rm.on_metadata_update(*md.update(*topic()))
     await rm.produce(TOPIC, 0, batch(b"old"), 1, 1000)
     old_dir = rm.partition(TOPIC, 0).log.dir  # type: ignore[union-attr]
-    await rm.apply_update(md.update(RemoveTopicRecord(TID)))
+    await rm.on_metadata_update(*md.update(RemoveTopicRecord(TID)))
     assert rm.partition(TOPIC, 0) is None and not old_dir.exists()
     assert rm.fetch(fp(0), -1, 0).error_code == 3
-    await rm.apply_update(md.update(*topic(topic_id=TID2)))
+    await rm.on_metadata_update(*md.update(*topic(topic_id=TID2)))
     assert rm.partition(TOPIC, 0).log.log_end_offset == 0  # type: ignore[union-attr]
     # a broker that slept through a delete + recreate learns it from a snapshot
     await rm.produce(TOPIC, 0, batch(b"x"), 1, 1000)
     md.update(RemoveTopicRecord(TID2))
     md.update(*topic(topic_id=TID))
-    await rm.apply_update(md.snapshot())
+    await rm.on_metadata_update(*md.snapshot())
     h = rm.partition(TOPIC, 0)
     assert h is not None and h.core.topic_id == TID and h.log.log_end_offset == 0
 
@@ -434,9 +437,11 @@ async def test_deleted_and_recreated_topics_lose_their_replicas(tmp_path: Path) 
 async def test_topic_config_changes_reach_the_log(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic(), ConfigRecord(2, TOPIC, "retention.ms", "1234")))
+    await rm.on_metadata_update(
+        *md.update(*topic(), ConfigRecord(2, TOPIC, "retention.ms", "1234"))
+    )
     assert rm.partition(TOPIC, 0).log.config.retention_ms == 1234  # type: ignore[union-attr]
-    await rm.apply_update(md.update(ConfigRecord(2, TOPIC, "retention.ms", None)))
+    await rm.on_metadata_update(*md.update(ConfigRecord(2, TOPIC, "retention.ms", None)))
     assert rm.partition(TOPIC, 0).log.config.retention_ms == 604800000  # type: ignore[union-attr]
     configs = rm.topic_configs(TOPIC)
     assert configs is not None and configs["retention.ms"] == ("604800000", True)

@@ -200,7 +200,7 @@ class ReplicationModel(RuleBasedStateMachine):
     # -- metadata ----------------------------------------------------------------------------
 
     def sync(self, b: Broker) -> None:
-        """The broker applies the latest metadata (as ReplicaManager.apply_update)."""
+        """The broker applies the latest metadata (as ReplicaManager.on_metadata_update)."""
         h = b.h
         assert h is not None
         reg, core = self.reg, h.core

@@ -37,7 +37,7 @@ async def test_the_runtime_tells_a_follower_wait_from_a_consumer_wait(tmp_path: 
     server = BrokerServer(broker_config(tmp_path))
     server.log_manager.startup()
     md = Metadata()
-    await server.replica_manager.apply_update(md.update(*topic(replicas=(1, 2))))
+    await server.replica_manager.on_metadata_update(*md.update(*topic(replicas=(1, 2))))
 
     async def request(replica_id: int) -> None:
         server.fetch(fp(0), replica_id, 0)
@@ -79,7 +79,7 @@ async def _two_brokers(tmp_path: Path) -> tuple[Any, Any, Metadata, Callable[[],
 async def _apply(md: Metadata, *servers: Any, records: list[Record]) -> None:
     update = md.update(*records)
     for s in servers:
-        await s.replica_manager.apply_update(update)
+        await s.replica_manager.on_metadata_update(*update)
 
 
 @run
