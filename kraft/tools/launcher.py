@@ -1,18 +1,12 @@
-"""Start and stop a local controller quorum: N `python -m kraft.controller_main`
-processes on one host, for tests, benchmarks and `kraft dev`.
+"""Start, stop, crash, pause and watch one controller or broker process on this host
+(`python -m kraft.controller_main`, `python -m broker.main`): NodeProcess, and the waits
+on a set of them (an active controller, caught-up controllers, a condition under a
+deadline). kraft/tools/local_cluster.py plans and starts whole clusters from these, for
+`kraft dev`, the tests and the benchmarks.
 
-    controllers = start_controllers(3, Path("data"))   # waits for an active controller
-    try:
-        active = wait_for_active(controllers)
-        ...  # talk to f"http://{active.http_address}/v1/..."
-    finally:
-        stop_controllers(controllers)                    # SIGTERM, then SIGKILL
-
-Each controller gets its own directory `<base_dir>/controller-<id>/` holding its
-`controller.properties` (mode 0600: it carries the quorum password), its
-`controller.log` (stdout and stderr, appended across restarts) and its `metadata/`
-directory (the Raft journal). Ports are picked free on the host (bind to port 0), so two
-clusters can run side by side; a restarted controller keeps its ports.
+Each node has its own directory holding its properties file (mode 0600: a controller's
+carries the quorum password), its `.log` (stdout and stderr, appended across restarts)
+and its data. A restarted node keeps its ports and data.
 
 Everything here is synchronous (subprocess, urllib): callers on an event loop should call
 the waits through `asyncio.to_thread` if the loop must keep serving meanwhile.
@@ -23,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -34,37 +27,26 @@ import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
-
-__all__ = [
-    "ControllerProcess",
-    "LauncherError",
-    "active_controller",
-    "controllers_running",
-    "free_ports",
-    "plan_controllers",
-    "start_controllers",
-    "stop_controllers",
-    "wait_for_active",
-    "wait_until_caught_up",
-]
+from typing import Any, Literal, TypeVar
 
 DEFAULT_HOST = "127.0.0.1"
 POLL_INTERVAL_S = 0.05
-# The directory that holds the `kraft` package: put on the children's PYTHONPATH so
-# `python -m kraft.controller_main` works from any working directory.
-_PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+Role = Literal["controller", "broker"]
+_MAIN_MODULE: dict[Role, str] = {"controller": "kraft.controller_main", "broker": "broker.main"}
+# The directory holding our packages: put on the children's PYTHONPATH so `python -m ...`
+# works from any working directory.
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
 class LauncherError(Exception):
-    """A controller could not be started, or a wait ran out of time."""
+    """A node could not be started, a port is taken, or a wait ran out of time."""
 
 
 def free_ports(n: int, host: str = DEFAULT_HOST) -> list[int]:
     """`n` distinct ports that were free on `host` a moment ago (all bound at once, so
     they differ). Another process can still take one before we bind it: rare on
-    loopback, and a controller that cannot bind exits, which the waits report."""
+    loopback, and a node that cannot bind exits, which the waits report."""
     socks: list[socket.socket] = []
     try:
         for _ in range(n):
@@ -78,36 +60,37 @@ def free_ports(n: int, host: str = DEFAULT_HOST) -> list[int]:
 
 
 @dataclass
-class ControllerProcess:
-    """One controller: its configuration on disk and, while it runs, its process."""
+class NodeProcess:
+    """One controller or broker: its configuration on disk and, while it runs, its
+    process. `port` is where clients connect: a broker's Kafka listener, a controller's
+    HTTP API; a controller also has its Raft port."""
 
+    role: Role
     node_id: int
     host: str
-    raft_port: int
-    http_port: int
+    port: int
     data_dir: Path
+    raft_port: int = 0
     python: str = sys.executable
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    paused: bool = field(default=False, repr=False)
 
     @property
     def properties_path(self) -> Path:
-        return self.data_dir / "controller.properties"
+        return self.data_dir / f"{self.role}.properties"
 
     @property
     def log_path(self) -> Path:
-        return self.data_dir / "controller.log"
+        return self.data_dir / f"{self.role}.log"
 
     @property
-    def metadata_dir(self) -> Path:
-        return self.data_dir / "metadata"
-
-    @property
-    def http_address(self) -> str:
-        """The HTTP API's "host:port" (what `kraft metadata --controller` takes)."""
-        return f"{self.host}:{self.http_port}"
+    def address(self) -> str:
+        """"host:port": a broker's bootstrap server, a controller's HTTP API (what
+        `kraft metadata --controller` takes)."""
+        return f"{self.host}:{self.port}"
 
     def url(self, path: str) -> str:
-        return f"http://{self.http_address}{path}"
+        return f"http://{self.address}{path}"
 
     @property
     def pid(self) -> int | None:
@@ -117,23 +100,7 @@ class ControllerProcess:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def write_properties(
-        self,
-        voters: str,
-        http_endpoints: str,
-        password: str,
-        extra: Mapping[str, str] | None = None,
-    ) -> None:
-        props = {
-            "process.roles": "controller",
-            "node.id": str(self.node_id),
-            "controller.quorum.voters": voters,
-            "controller.quorum.http.endpoints": http_endpoints,
-            "listeners": f"CONTROLLER://{self.host}:{self.http_port}",
-            "metadata.log.dir": str(self.metadata_dir),
-            "controller.quorum.password": password,
-            **(extra or {}),
-        }
+    def write_properties(self, props: Mapping[str, str]) -> None:
         for key, value in props.items():
             if any(c in key + value for c in "\r\n") or not key.strip():
                 raise LauncherError(f"property {key!r} has an empty key or a line break")
@@ -146,50 +113,62 @@ class ControllerProcess:
     def start(self) -> None:
         """Spawn the process (it keeps its ports and data across restarts)."""
         if self.running:
-            raise LauncherError(f"controller {self.node_id} is already running (pid {self.pid})")
+            raise LauncherError(f"{self.role} {self.node_id} is already running (pid {self.pid})")
         if not self.properties_path.exists():
-            raise LauncherError(f"{self.properties_path} is missing: use plan_controllers")
+            raise LauncherError(f"{self.properties_path} is missing: use write_configs")
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(_PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
         )
         env["PYTHONUNBUFFERED"] = "1"
+        module = _MAIN_MODULE[self.role]
         with open(self.log_path, "ab") as log:
-            log.write(f"--- launcher: starting controller {self.node_id} ---\n".encode())
+            log.write(f"--- launcher: starting {self.role} {self.node_id} ---\n".encode())
             log.flush()
+            self.paused = False
             self.proc = subprocess.Popen(
-                [self.python, "-m", "kraft.controller_main", "--config", str(self.properties_path)],
+                [self.python, "-m", module, "--config", str(self.properties_path)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
                 # Its own session: a Ctrl-C in the terminal reaches only the parent, which
-                # stops the controllers in order.
+                # stops the nodes in order.
                 start_new_session=True,
             )
 
+    def _signal(self, sig: signal.Signals) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
+
+    def terminate(self) -> None:
+        """SIGTERM: a clean shutdown (a broker's is a controlled shutdown)."""
+        self._signal(signal.SIGTERM)
+
     def kill(self, timeout_s: float = 10.0) -> None:
         """SIGKILL (a crash: nothing flushed, no goodbye) and reap."""
-        proc = self.proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout_s)
+        self._signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(timeout_s)
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stops answering, as in a long GC pause or a hung host."""
+        self._signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            self._signal(signal.SIGCONT)
+            self.paused = False
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
-        """SIGTERM (a clean shutdown), then SIGKILL if it is still alive after
-        `timeout_s`; returns the exit code."""
+        """SIGTERM, then SIGKILL if it is still alive after `timeout_s`; the exit code."""
         self.terminate()
         return self.wait_stopped(time.monotonic() + timeout_s)
 
-    def terminate(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-
     def wait_stopped(self, deadline: float) -> int | None:
+        """Wait for the exit until `deadline` (time.monotonic()), then SIGKILL."""
         proc = self.proc
         if proc is None:
             return None
@@ -200,14 +179,9 @@ class ControllerProcess:
             return proc.returncode
 
     def status(self, timeout_s: float = 1.0) -> dict[str, Any] | None:
-        """GET /v1/quorum/status, or None if it does not answer 200 with JSON."""
-        try:
-            with urllib.request.urlopen(  # noqa: S310 - our own loopback URL
-                self.url("/v1/quorum/status"), timeout=timeout_s
-            ) as resp:
-                body = json.loads(resp.read())
-        except (OSError, urllib.error.URLError, ValueError):
-            return None
+        """A controller's GET /v1/quorum/status, or None if it does not answer 200 with
+        JSON."""
+        body = _get_json(self.url("/v1/quorum/status"), timeout_s)
         return body if isinstance(body, dict) else None
 
     def log_tail(self, lines: int = 15) -> str:
@@ -224,79 +198,35 @@ def _escape(value: str) -> str:
     return "\\" + out if out[:1] in (" ", "\t") else out
 
 
-def plan_controllers(
-    n: int,
-    base_dir: Path,
-    *,
-    host: str = DEFAULT_HOST,
-    password: str | None = None,
-    properties: Mapping[str, str] | None = None,
-    python: str = sys.executable,
-) -> list[ControllerProcess]:
-    """Pick ports and write each controller's properties file; start nothing.
-    `properties` are added to (or override) every controller's file."""
-    if n < 1:
-        raise ValueError("need at least one controller")
-    base_dir = Path(base_dir).resolve()
-    ports = free_ports(2 * n, host)
-    ids = list(range(1, n + 1))
-    controllers = [
-        ControllerProcess(i, host, ports[k], ports[n + k], base_dir / f"controller-{i}", python)
-        for k, i in enumerate(ids)
-    ]
-    voters = ",".join(f"{c.node_id}@{host}:{c.raft_port}" for c in controllers)
-    http = ",".join(f"{c.node_id}@{c.http_address}" for c in controllers)
-    secret = password or secrets.token_urlsafe(24)
-    for c in controllers:
-        c.write_properties(voters, http, secret, properties)
-    return controllers
-
-
-def start_controllers(
-    n: int,
-    base_dir: Path,
-    *,
-    host: str = DEFAULT_HOST,
-    password: str | None = None,
-    properties: Mapping[str, str] | None = None,
-    timeout_s: float = 30.0,
-    python: str = sys.executable,
-) -> list[ControllerProcess]:
-    """Plan and start `n` controllers, then wait until one is the active controller and
-    all agree on it. On failure every started process is stopped and LauncherError
-    (with the logs' tails) is raised."""
-    controllers = plan_controllers(
-        n, base_dir, host=host, password=password, properties=properties, python=python
-    )
+def _get_json(url: str, timeout_s: float = 1.0) -> Any:
     try:
-        for c in controllers:
-            c.start()
-        wait_for_active(controllers, timeout_s)
-    except BaseException:
-        stop_controllers(controllers)
-        raise
-    return controllers
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - loopback
+            return json.loads(resp.read())
+    except (OSError, urllib.error.URLError, ValueError):
+        return None
 
 
-def stop_controllers(controllers: Iterable[ControllerProcess], timeout_s: float = 10.0) -> None:
+# -- waiting and stopping ------------------------------------------------------------------
+
+
+def stop_nodes(nodes: Iterable[NodeProcess], timeout_s: float = 10.0) -> None:
     """SIGTERM all at once, then SIGKILL whichever is still running at the deadline."""
-    procs = list(controllers)
-    for c in procs:
-        c.terminate()
+    procs = list(nodes)
+    for n in procs:
+        n.terminate()
     deadline = time.monotonic() + timeout_s
-    for c in procs:
-        c.wait_stopped(deadline)
+    for n in procs:
+        n.wait_stopped(deadline)
 
 
-def controllers_running(controllers: Iterable[ControllerProcess]) -> list[ControllerProcess]:
-    return [c for c in controllers if c.running]
+def running_nodes(nodes: Iterable[NodeProcess]) -> list[NodeProcess]:
+    return [n for n in nodes if n.running]
 
 
-def active_controller(controllers: Iterable[ControllerProcess]) -> ControllerProcess | None:
+def active_controller(controllers: Iterable[NodeProcess]) -> NodeProcess | None:
     """One probe: the single running controller that says it is active, provided every
     running controller answers and names it as leader; else None."""
-    running = controllers_running(controllers)
-    statuses = [(c, c.status()) for c in running]
+    statuses = [(c, c.status()) for c in running_nodes(controllers)]
     if not statuses or any(s is None for _, s in statuses):
         return None
     active = [c for c, s in statuses if s and s.get("active")]
@@ -306,41 +236,61 @@ def active_controller(controllers: Iterable[ControllerProcess]) -> ControllerPro
     return active[0] if all(s and s.get("leader_id") == leader for _, s in statuses) else None
 
 
-def _wait(
-    controllers: list[ControllerProcess], timeout_s: float, what: str, probe: Callable[[], T | None]
+def cluster_state(controllers: Iterable[NodeProcess]) -> dict[str, Any] | None:
+    """GET /v1/cluster from the active controller if one says so, else any that answers."""
+    running = running_nodes(controllers)
+    ordered = sorted(running, key=lambda c: not bool((c.status(0.5) or {}).get("active")))
+    for c in ordered:
+        state = _get_json(c.url("/v1/cluster"))
+        if isinstance(state, dict):
+            return state
+    return None
+
+
+def unfenced_brokers(state: dict[str, Any], after_offset: int) -> set[int]:
+    """The brokers of a cluster state that registered after `after_offset` (so: in this
+    incarnation, as the broker epoch is the offset of its registration) and are unfenced."""
+    return {
+        b["broker_id"]
+        for b in state.get("brokers", [])
+        if not b["fenced"] and b["broker_epoch"] > after_offset
+    }
+
+
+def wait_until(
+    nodes: Iterable[NodeProcess], timeout_s: float, what: str, probe: Callable[[], T | None]
 ) -> T:
     """Poll `probe` until it returns non-None; raise LauncherError (with the logs' tails)
-    at the deadline, or as soon as one of the started controllers has exited."""
+    at the deadline, or as soon as one of the started `nodes` has exited."""
+    watched = list(nodes)
     deadline = time.monotonic() + timeout_s
     while True:
-        for c in controllers:
-            if c.proc is not None and c.proc.poll() is not None:
+        for n in watched:
+            if n.proc is not None and n.proc.poll() is not None:
                 raise LauncherError(
-                    f"controller {c.node_id} exited with code {c.proc.returncode} while "
-                    f"waiting for {what}\n{describe_logs(controllers)}"
+                    f"{n.role} {n.node_id} exited with code {n.proc.returncode} while "
+                    f"waiting for {what}\n{describe_logs(watched)}"
                 )
         value = probe()
         if value is not None:
             return value
         if time.monotonic() > deadline:
             raise LauncherError(
-                f"timed out after {timeout_s:.0f}s waiting for {what}\n{describe_logs(controllers)}"
+                f"timed out after {timeout_s:.0f}s waiting for {what}\n{describe_logs(watched)}"
             )
         time.sleep(POLL_INTERVAL_S)
 
 
-def wait_for_active(
-    controllers: Iterable[ControllerProcess], timeout_s: float = 30.0
-) -> ControllerProcess:
+def wait_for_active(controllers: Iterable[NodeProcess], timeout_s: float = 30.0) -> NodeProcess:
     """Wait until the running controllers agree on one active controller."""
-    procs = controllers_running(controllers)
-    return _wait(procs, timeout_s, "an active controller", lambda: active_controller(procs))
+    procs = running_nodes(controllers)
+    return wait_until(procs, timeout_s, "an active controller", lambda: active_controller(procs))
 
 
-def wait_until_caught_up(controllers: Iterable[ControllerProcess], timeout_s: float = 30.0) -> int:
+def wait_until_caught_up(controllers: Iterable[NodeProcess], timeout_s: float = 30.0) -> int:
     """Wait until the running controllers agree on the active controller and report the
     same metadata offset (a restarted one has replayed everything); returns it."""
-    procs = controllers_running(controllers)
+    procs = running_nodes(controllers)
 
     def probe() -> int | None:
         if active_controller(procs) is None:
@@ -351,10 +301,10 @@ def wait_until_caught_up(controllers: Iterable[ControllerProcess], timeout_s: fl
         (offset,) = offsets
         return offset if isinstance(offset, int) else None
 
-    return _wait(procs, timeout_s, "the controllers to catch up", probe)
+    return wait_until(procs, timeout_s, "the controllers to catch up", probe)
 
 
-def describe_logs(controllers: Iterable[ControllerProcess], lines: int = 15) -> str:
+def describe_logs(nodes: Iterable[NodeProcess], lines: int = 15) -> str:
     return "\n".join(
-        f"--- controller {c.node_id} ({c.log_path}) ---\n{c.log_tail(lines)}" for c in controllers
+        f"--- {n.role} {n.node_id} ({n.log_path}) ---\n{n.log_tail(lines)}" for n in nodes
     )
