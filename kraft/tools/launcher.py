@@ -162,11 +162,6 @@ class NodeProcess:
             self._signal(signal.SIGCONT)
             self.paused = False
 
-    def stop(self, timeout_s: float = 10.0) -> int | None:
-        """SIGTERM, then SIGKILL if it is still alive after `timeout_s`; the exit code."""
-        self.terminate()
-        return self.wait_stopped(time.monotonic() + timeout_s)
-
     def wait_stopped(self, deadline: float) -> int | None:
         """Wait for the exit until `deadline` (time.monotonic()), then SIGKILL."""
         proc = self.proc
