@@ -37,15 +37,9 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-from broker.codec_schema import (
-    MalformedError,
-    build,
-    check_counts,
-    encode_uvarint,
-    read_uvarint,
-    strip_unknown_tags,
-)
+from broker.codec_schema import build, check_counts, strip_unknown_tags
 from broker.runtime import FetchResult, ProduceResult
+from common.varint import MalformedError, encode_uvarint, skip_tagged_fields
 from storage.segment import FileSlice
 
 API_VERSIONS_KEY = 18
@@ -104,21 +98,10 @@ def parse_header(frame: bytes, flexible: bool) -> RequestHeader:
         raise DecodeError(f"negative client id length {n}")
     if flexible:  # header v2: tagged fields, none of which we know: skip them all
         try:
-            pos = _skip_tag_section(frame, pos)
+            pos = skip_tagged_fields(frame, pos)
         except MalformedError as e:
             raise DecodeError(f"request header: {e}") from e
     return RequestHeader(api_key, api_version, cid, client_id, pos)
-
-
-def _skip_tag_section(buf: bytes, pos: int) -> int:
-    count, pos = read_uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        pos += size
-        if pos > len(buf):
-            raise MalformedError("tagged field runs past the buffer")
-    return pos
 
 
 # -- request bodies --------------------------------------------------------------------------

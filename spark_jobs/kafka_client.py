@@ -39,6 +39,8 @@ from kio.schema.types import BrokerId, TopicName
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i8, i16, i32, i64
 
+from common.varint import read_uvarint, skip_tagged_fields
+
 TP = tuple[str, int]
 T = TypeVar("T")
 
@@ -125,7 +127,7 @@ class BrokerConnection:
             raise ConnectionError(
                 f"broker {self.address} answered correlation id {got}, expected {correlation_id}"
             )
-        return answer, _skip_tags(answer, 4)
+        return answer, skip_tagged_fields(answer, 4)
 
     def _read_frame(self) -> bytearray:
         (size,) = _SIZE.unpack(self._recv_exactly(4))
@@ -394,26 +396,6 @@ _FETCH_PARTITION = struct.Struct(">ihqqq")  # index, error, HW, last stable, log
 _NO_RECORDS = memoryview(b"")
 
 
-def _uvarint(buf: bytearray, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    for i in range(5):
-        b = buf[pos + i]
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos + i + 1
-        shift += 7
-    raise ValueError("unsigned varint longer than 5 bytes")
-
-
-def _skip_tags(buf: bytearray, pos: int) -> int:
-    count, pos = _uvarint(buf, pos)
-    for _ in range(count):
-        _, pos = _uvarint(buf, pos)
-        size, pos = _uvarint(buf, pos)
-        pos += size
-    return pos
-
-
 def parse_fetch_v12(frame: bytearray, pos: int, tp: TP) -> FetchedPartition:
     """The answer for `tp` in a Fetch v12 response body at `pos`; its records are a view
     into `frame`, not a copy."""
@@ -422,25 +404,25 @@ def parse_fetch_v12(frame: bytearray, pos: int, tp: TP) -> FetchedPartition:
     if error:
         return FetchedPartition(ErrorCode(error), -1, -1, _NO_RECORDS)
     pos += 10  # throttle_time_ms, error_code, session_id
-    n_topics, pos = _uvarint(frame, pos)
+    n_topics, pos = read_uvarint(frame, pos)
     for _ in range(n_topics - 1):
-        name_len, pos = _uvarint(frame, pos)
+        name_len, pos = read_uvarint(frame, pos)
         topic = bytes(view[pos : pos + name_len - 1]).decode()
         pos += name_len - 1
-        n_parts, pos = _uvarint(frame, pos)
+        n_parts, pos = read_uvarint(frame, pos)
         for _ in range(n_parts - 1):
             index, err, hw, _, log_start = _FETCH_PARTITION.unpack_from(frame, pos)
             pos += _FETCH_PARTITION.size
-            n_aborted, pos = _uvarint(frame, pos)
+            n_aborted, pos = read_uvarint(frame, pos)
             for _ in range(max(n_aborted - 1, 0)):  # producer id, first offset, tags
-                pos = _skip_tags(frame, pos + 16)
+                pos = skip_tagged_fields(frame, pos + 16)
             pos += 4  # preferred_read_replica
-            size, pos = _uvarint(frame, pos)
+            size, pos = read_uvarint(frame, pos)
             records = view[pos : pos + size - 1] if size else _NO_RECORDS
             if len(records) != max(size - 1, 0):
                 raise ValueError("records run past the frame")
-            pos = _skip_tags(frame, pos + max(size - 1, 0))
+            pos = skip_tagged_fields(frame, pos + max(size - 1, 0))
             if (topic, index) == tp:
                 return FetchedPartition(ErrorCode(err), hw, log_start, records)
-        pos = _skip_tags(frame, pos)
+        pos = skip_tagged_fields(frame, pos)
     raise ValueError(f"no answer for {tp[0]}-{tp[1]}")

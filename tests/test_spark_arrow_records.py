@@ -28,13 +28,13 @@ from storage.record_batch import (
     RECORDS_COUNT,
     RecordBatchView,
 )
+from common.varint import write_varint
 from storage.records import (
     CorruptRecordError,
     Record,
     build_batch,
     decode_batch,
     rebuild_batch,
-    write_varint,
 )
 
 TOPIC, PARTITION = "events", 3
