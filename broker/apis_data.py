@@ -25,6 +25,7 @@ from broker.apis_common import (
     KAFKA_STORAGE_ERROR,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
+    ApiHandler,
     CloseConnection,
     Response,
     error_code_of,
@@ -38,6 +39,7 @@ from broker.codec import (
     encode_response,
 )
 from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from common.api_keys import ApiKey
 from storage.record_batch import RecordBatchError, validate_records
 from storage.segment import FileSlice
 
@@ -403,3 +405,14 @@ def init_producer_id_error(header: RequestHeader, body: Any, code: int) -> Respo
         header.correlation_id,
         {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1},
     )
+
+
+API_HANDLERS: tuple[ApiHandler, ...] = (
+    ApiHandler(ApiKey.PRODUCE, 3, 9, handle_produce, produce_error),
+    ApiHandler(ApiKey.FETCH, 4, 15, handle_fetch, fetch_error),
+    ApiHandler(ApiKey.LIST_OFFSETS, 1, 7, handle_list_offsets, list_offsets_error),
+    ApiHandler(ApiKey.INIT_PRODUCER_ID, 0, 4, handle_init_producer_id, init_producer_id_error),
+    ApiHandler(
+        ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4, handle_offset_for_leader_epoch, offset_for_epoch_error
+    ),
+)

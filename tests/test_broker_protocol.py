@@ -524,7 +524,7 @@ def test_group_apis_answer_a_handler_failure_at_every_version(
 ) -> None:
     """A coordinator that blows up still gets a readable answer with an error code
     (never a closed connection), at the lowest and highest version we serve."""
-    broker.runtime.groups = None  # type: ignore[assignment]  # every handler fails
+    broker.apis.groups = None  # type: ignore[assignment]  # every handler fails
     resp = client.call(api_key, version, request(api_key, version, _GROUP_REQUESTS[api_key]))
     assert resp is not None
     versions = {"client_software_name": "a", "client_software_version": "1"}
