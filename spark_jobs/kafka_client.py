@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.list_offsets.v7.request import (
     ListOffsetsPartition,
@@ -39,6 +38,7 @@ from kio.schema.types import BrokerId, TopicName
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i8, i16, i32, i64
 
+from common.errors import Errors
 from common.varint import read_uvarint, skip_tagged_fields
 
 TP = tuple[str, int]
@@ -71,7 +71,7 @@ class ClusterMetadata:
     brokers: dict[int, tuple[str, int]]
     partitions: dict[TP, PartitionInfo]
     internal_topics: set[str]
-    topic_errors: dict[str, ErrorCode]
+    topic_errors: dict[str, Errors]
 
     def topics(self) -> set[str]:
         return {t for t, _ in self.partitions}
@@ -79,7 +79,7 @@ class ClusterMetadata:
 
 @dataclass(frozen=True)
 class FetchedPartition:
-    error: ErrorCode
+    error: Errors
     high_watermark: int
     log_start_offset: int
     records: bytes | memoryview
@@ -244,13 +244,13 @@ class KafkaClient:
                 for t in resp.topics:
                     for p in t.partitions:
                         tp = (str(t.name), int(p.partition_index))
-                        if p.error_code == ErrorCode.none:
+                        error = Errors(p.error_code)
+                        if error == Errors.NONE:
                             out[tp] = int(p.offset)
-                        elif p.error_code.retriable:
-                            retry.append(f"{tp[0]}-{tp[1]}: {p.error_code.name}")
+                        elif error.retriable:
+                            retry.append(f"{tp[0]}-{tp[1]}: {error.name}")
                         else:
-                            raise KafkaCallError(f"ListOffsets {tp[0]}-{tp[1]}: "
-                                                 f"{p.error_code.name}")
+                            raise KafkaCallError(f"ListOffsets {tp[0]}-{tp[1]}: {error.name}")
             if retry:
                 self._meta = None
                 raise RetriableError("; ".join(retry))
@@ -351,11 +351,11 @@ def _metadata_request(topics: list[str] | None) -> MetadataRequest:
 def _cluster(resp: MetadataResponse) -> ClusterMetadata:
     partitions: dict[TP, PartitionInfo] = {}
     internal: set[str] = set()
-    errors: dict[str, ErrorCode] = {}
+    errors: dict[str, Errors] = {}
     for t in resp.topics:
         name = str(t.name)
-        if t.error_code != ErrorCode.none:
-            errors[name] = t.error_code
+        if t.error_code != Errors.NONE:
+            errors[name] = Errors(t.error_code)
         if t.is_internal:
             internal.add(name)
         for p in t.partitions:
@@ -402,7 +402,7 @@ def parse_fetch_v12(frame: bytearray, pos: int, tp: TP) -> FetchedPartition:
     view = memoryview(frame)
     error = _I16.unpack_from(frame, pos + 4)[0]  # after throttle_time_ms
     if error:
-        return FetchedPartition(ErrorCode(error), -1, -1, _NO_RECORDS)
+        return FetchedPartition(Errors(error), -1, -1, _NO_RECORDS)
     pos += 10  # throttle_time_ms, error_code, session_id
     n_topics, pos = read_uvarint(frame, pos)
     for _ in range(n_topics - 1):
@@ -423,6 +423,6 @@ def parse_fetch_v12(frame: bytearray, pos: int, tp: TP) -> FetchedPartition:
                 raise ValueError("records run past the frame")
             pos = skip_tagged_fields(frame, pos + max(size - 1, 0))
             if (topic, index) == tp:
-                return FetchedPartition(ErrorCode(err), hw, log_start, records)
+                return FetchedPartition(Errors(err), hw, log_start, records)
         pos = skip_tagged_fields(frame, pos)
     raise ValueError(f"no answer for {tp[0]}-{tp[1]}")
