@@ -23,12 +23,12 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from broker.group import messages as msg
 from broker.group.config import GroupConfig
 from broker.group.coordinator import GroupCoordinatorCore
 from broker.group.messages import Append, Out, Reply
 from broker.hosted import HostedPartition
 from broker.runtime import ProduceResult
+from common.errors import Errors
 from metadata_log.image import MetadataImage
 from storage.log_types import OffsetOutOfRangeError
 from storage.record_batch import iter_batches
@@ -116,8 +116,8 @@ class GroupCoordinator:
             code = result.error_code
         except Exception:
             log.exception("append to %s-%d failed", OFFSETS_TOPIC, a.partition)
-            code = msg.UNKNOWN_SERVER_ERROR
-        if code != msg.NONE:
+            code = Errors.UNKNOWN_SERVER_ERROR
+        if code != Errors.NONE:
             self.append_failures += 1
             log.info("append to %s-%d failed: error %d", OFFSETS_TOPIC, a.partition, code)
         self._process(self.core.on_append_done(a.write_id, code, now_ms()))
