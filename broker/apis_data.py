@@ -12,19 +12,12 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from broker.apis_common import (
-    FETCH_SESSION_ID_NOT_FOUND,
     INTERNAL_TOPICS,
-    INVALID_FETCH_SESSION_EPOCH,
-    INVALID_RECORD,
-    INVALID_REQUEST,
-    INVALID_REQUIRED_ACKS,
-    INVALID_TOPIC_EXCEPTION,
-    KAFKA_STORAGE_ERROR,
-    UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
+    ApiHandler,
+    BrokerApis,
     CloseConnection,
     Response,
     error_code_of,
@@ -38,11 +31,10 @@ from broker.codec import (
     encode_response,
 )
 from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from common.api_keys import ApiKey
+from common.errors import Errors
 from storage.record_batch import RecordBatchError, validate_records
 from storage.segment import FileSlice
-
-if TYPE_CHECKING:
-    from broker.apis import KafkaApis
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +51,17 @@ def check_produce_records(records: bytes | None) -> ProduceResult | None:
     and the CRC32C (in C) only: records are never parsed here.
     """
     if not records:
-        return ProduceResult(INVALID_RECORD, error_message="no record batch for the partition")
+        return ProduceResult(
+            Errors.INVALID_RECORD, error_message="no record batch for the partition"
+        )
     try:
         views = validate_records(records)
     except RecordBatchError as e:
         return ProduceResult(e.error_code, error_message=str(e))
     if len(views) != 1:
         return ProduceResult(
-            INVALID_RECORD, error_message=f"{len(views)} record batches: exactly one is allowed"
+            Errors.INVALID_RECORD,
+            error_message=f"{len(views)} record batches: exactly one is allowed",
         )
     return None
 
@@ -78,19 +73,19 @@ async def _append(produce: Awaitable[ProduceResult]) -> ProduceResult:
         return await produce
     except RecordBatchError as e:
         return ProduceResult(e.error_code, error_message=str(e))
-    except OSError as e:  # the disk: Kafka's KAFKA_STORAGE_ERROR (retriable)
+    except OSError as e:  # the disk: Kafka's Errors.KAFKA_STORAGE_ERROR (retriable)
         log.exception("produce failed on storage")
-        return ProduceResult(KAFKA_STORAGE_ERROR, error_message=str(e))
+        return ProduceResult(Errors.KAFKA_STORAGE_ERROR, error_message=str(e))
     except Exception as e:
         log.exception("produce failed")
-        return ProduceResult(INVALID_RECORD, error_message=f"broker error: {e!r}")
+        return ProduceResult(Errors.INVALID_RECORD, error_message=f"broker error: {e!r}")
 
 
-async def handle_produce(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
-    rt = apis.runtime
+async def handle_produce(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
+    rt = apis.replica_manager
     acks = body.acks
     timeout_ms = to_ms(body.timeout)
-    image = rt.image()
+    image = apis.image()
     out: list[tuple[str, list[list[Any]]]] = []  # (topic, [[partition, result], ...])
     pending: list[tuple[list[Any], Awaitable[ProduceResult]]] = []
     for t in body.topic_data:
@@ -100,12 +95,12 @@ async def handle_produce(apis: KafkaApis, header: RequestHeader, body: Any) -> R
             slot: list[Any] = [p.index, None]
             slots.append(slot)
             if acks not in (0, 1, -1):
-                slot[1] = ProduceResult(INVALID_REQUIRED_ACKS, error_message=f"acks={acks}")
+                slot[1] = ProduceResult(Errors.INVALID_REQUIRED_ACKS, error_message=f"acks={acks}")
             elif topic is None or p.index not in topic.partitions:
-                slot[1] = ProduceResult(UNKNOWN_TOPIC_OR_PARTITION)
+                slot[1] = ProduceResult(Errors.UNKNOWN_TOPIC_OR_PARTITION)
             elif t.name in INTERNAL_TOPICS:  # only the group coordinator writes there
                 why = f"cannot append to internal topic {t.name}"
-                slot[1] = ProduceResult(INVALID_TOPIC_EXCEPTION, error_message=why)
+                slot[1] = ProduceResult(Errors.INVALID_TOPIC_EXCEPTION, error_message=why)
             else:
                 slot[1] = check_produce_records(p.records)
                 if slot[1] is None:
@@ -146,23 +141,23 @@ def produce_error(header: RequestHeader, body: Any, code: int) -> Response:
 FetchPlan = list[tuple[str | uuid.UUID, list[tuple[int, FetchPartition | int]]]]
 
 
-async def handle_fetch(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
-    rt = apis.runtime
+async def handle_fetch(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
+    rt = apis.replica_manager
     version = header.api_version
     if getattr(body, "session_id", 0) != 0:  # we never hand out fetch sessions
-        return fetch_error(header, body, FETCH_SESSION_ID_NOT_FOUND)
+        return fetch_error(header, body, Errors.FETCH_SESSION_ID_NOT_FOUND)
     if getattr(body, "session_epoch", -1) not in (-1, 0):
-        return fetch_error(header, body, INVALID_FETCH_SESSION_EPOCH)
+        return fetch_error(header, body, Errors.INVALID_FETCH_SESSION_EPOCH)
     max_bytes = getattr(body, "max_bytes", INT32_MAX)
     if max_bytes < 0:
-        return fetch_error(header, body, INVALID_REQUEST)
+        return fetch_error(header, body, Errors.INVALID_REQUEST)
     max_wait_ms = to_ms(body.max_wait)
     if version >= 15:
         replica_id, replica_epoch = body.replica_state.replica_id, body.replica_state.replica_epoch
     else:
         replica_id, replica_epoch = getattr(body, "replica_id", -1), -1
     isolation = getattr(body, "isolation_level", 0)
-    image = rt.image()
+    image = apis.image()
     plan: FetchPlan = []
     reads: list[FetchPartition] = []
     for t in body.topics:
@@ -170,19 +165,19 @@ async def handle_fetch(apis: KafkaApis, header: RequestHeader, body: Any) -> Res
         if version >= 13:
             key = t.topic_id or _ZERO_UUID
             name = apis.topic_name_by_id(t.topic_id)
-            missing = UNKNOWN_TOPIC_ID
+            missing = Errors.UNKNOWN_TOPIC_ID
         else:
             key = name = t.topic
-            missing = UNKNOWN_TOPIC_OR_PARTITION
+            missing = Errors.UNKNOWN_TOPIC_OR_PARTITION
         topic = image.topic_by_name(name) if name is not None else None
         items: list[tuple[int, FetchPartition | int]] = []
         for p in t.partitions:
             if topic is None:
                 items.append((p.partition, missing))
             elif p.partition not in topic.partitions:
-                items.append((p.partition, UNKNOWN_TOPIC_OR_PARTITION))
+                items.append((p.partition, Errors.UNKNOWN_TOPIC_OR_PARTITION))
             elif p.partition_max_bytes < 0:
-                items.append((p.partition, INVALID_REQUEST))
+                items.append((p.partition, Errors.INVALID_REQUEST))
             else:
                 fp = FetchPartition(
                     topic.name,
@@ -207,7 +202,7 @@ async def handle_fetch(apis: KafkaApis, header: RequestHeader, body: Any) -> Res
 
 
 def _read(
-    apis: KafkaApis, plan: FetchPlan, max_bytes: int, replica_id: int, isolation: int
+    apis: BrokerApis, plan: FetchPlan, max_bytes: int, replica_id: int, isolation: int
 ) -> tuple[list[FetchTopicOut], int, bool]:
     """One pass over the partitions in request order, within the response's byte budget.
 
@@ -215,7 +210,7 @@ def _read(
     returns it even past `max_bytes`); later partitions get what the budget leaves, cut
     to it (a partial trailing batch, which clients drop, exactly as Kafka sends).
     """
-    rt = apis.runtime
+    rt = apis.replica_manager
     budget = max_bytes
     total = 0
     answer_now = False
@@ -272,16 +267,16 @@ def fetch_error(header: RequestHeader, body: Any, code: int) -> Response:
 # -- ListOffsets, OffsetForLeaderEpoch, InitProducerId ---------------------------------------
 
 
-async def handle_list_offsets(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
-    rt = apis.runtime
-    image = rt.image()
+async def handle_list_offsets(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
+    rt = apis.replica_manager
+    image = apis.image()
     topics = []
     for t in body.topics:
         topic = image.topic_by_name(t.name)
         parts = []
         for p in t.partitions:
             if topic is None or p.partition_index not in topic.partitions:
-                r = ListOffsetResult(UNKNOWN_TOPIC_OR_PARTITION)
+                r = ListOffsetResult(Errors.UNKNOWN_TOPIC_OR_PARTITION)
             else:
                 try:
                     r = rt.list_offset(
@@ -332,9 +327,9 @@ def list_offsets_error(header: RequestHeader, body: Any, code: int) -> Response:
 
 
 async def handle_offset_for_leader_epoch(
-    apis: KafkaApis, header: RequestHeader, body: Any
+    apis: BrokerApis, header: RequestHeader, body: Any
 ) -> Response:
-    rt = apis.runtime
+    rt = apis.replica_manager
     topics = []
     for t in body.topics:
         parts = []
@@ -377,12 +372,12 @@ def offset_for_epoch_error(header: RequestHeader, body: Any, code: int) -> Respo
     )
 
 
-async def handle_init_producer_id(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+async def handle_init_producer_id(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     if body.transactional_id is not None:
         # Transactions need a transaction coordinator, which this broker does not have
         # (FindCoordinator is not advertised): refuse plainly rather than pretend.
-        return init_producer_id_error(header, body, INVALID_REQUEST)
-    err, producer_id, epoch = await apis.runtime.init_producer_id()
+        return init_producer_id_error(header, body, Errors.INVALID_REQUEST)
+    err, producer_id, epoch = await apis.admin.init_producer_id()
     return encode_response(
         22,
         header.api_version,
@@ -403,3 +398,14 @@ def init_producer_id_error(header: RequestHeader, body: Any, code: int) -> Respo
         header.correlation_id,
         {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1},
     )
+
+
+API_HANDLERS: tuple[ApiHandler, ...] = (
+    ApiHandler(ApiKey.PRODUCE, 3, 9, handle_produce, produce_error),
+    ApiHandler(ApiKey.FETCH, 4, 15, handle_fetch, fetch_error),
+    ApiHandler(ApiKey.LIST_OFFSETS, 1, 7, handle_list_offsets, list_offsets_error),
+    ApiHandler(ApiKey.INIT_PRODUCER_ID, 0, 4, handle_init_producer_id, init_producer_id_error),
+    ApiHandler(
+        ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4, handle_offset_for_leader_epoch, offset_for_epoch_error
+    ),
+)

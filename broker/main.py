@@ -92,7 +92,7 @@ async def run_broker(
                 x.host,
                 x.port,
                 server.lifecycle.broker_epoch,
-                server.image().offset,
+                server.replica_manager.image().offset,
                 len(server.replica_manager.partitions),
             )
             if on_ready is not None:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from crc32c import crc32c
 
-from broker.codec_schema import encode_uvarint
+from common.varint import encode_uvarint
 from storage.records import Record, build_batch
 from tests.test_broker_protocol import batch, fetch, produce, request
 from tests.test_broker_wire import BrokerThread, RawClient, decode_response, encode_request

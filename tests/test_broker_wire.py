@@ -1,7 +1,7 @@
 """The Kafka protocol layer (network, codec, apis) driven by real clients.
 
-A FAKE BrokerRuntime stands in for replication and the controller (this is a unit test
-of the protocol layer), but it keeps a real `storage.log.Log` per partition under
+A FAKE runtime stands in for the replica manager and the admin facade (this is a unit
+test of the protocol layer), but it keeps a real `storage.log.Log` per partition under
 tmp_path, so produced bytes go through real storage and fetches are real file slices.
 The server runs on its own event loop in a thread; confluent-kafka, kafka-python and
 aiokafka talk to it over 127.0.0.1.
@@ -82,9 +82,6 @@ class FakeRuntime:
     # metadata
     def image(self) -> MetadataImage:
         return self._image
-
-    def advertised_endpoint(self, broker_id: int) -> tuple[str, int] | None:
-        return (self.host, self.port) if broker_id == BROKER_ID else None
 
     def set_endpoint(self, host: str, port: int) -> None:
         self.host, self.port = host, port
@@ -231,7 +228,8 @@ class BrokerThread:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.runtime = FakeRuntime(root)
-        self.apis = KafkaApis(self.runtime)
+        rt = self.runtime  # the replica manager and the admin facade, both faked
+        self.apis = KafkaApis(BROKER_ID, CLUSTER_ID, "PLAINTEXT", rt, rt.groups, rt)  # type: ignore[arg-type]
         self.server = KafkaServer(self.apis.handle, "127.0.0.1", 0, **server_options)
         self.host, self.port = self.call(self.server.start())
         self.runtime.set_endpoint(self.host, self.port)

@@ -32,7 +32,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 def kraft(*argv: str, stdin: str = "", timeout_s: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "kraft.cli", *argv],
+        [sys.executable, "-m", "kraft.tools.cli", *argv],
         cwd=ROOT,
         input=stdin,
         capture_output=True,

@@ -15,6 +15,7 @@ from crc32c import crc32c
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from common.varint import write_varint
 from spark_jobs import arrow_records
 from spark_jobs.arrow_records import RecordsDecodeError, arrow_schema, decode_records
 from storage.compression import Compression
@@ -34,7 +35,6 @@ from storage.records import (
     build_batch,
     decode_batch,
     rebuild_batch,
-    write_varint,
 )
 
 TOPIC, PARTITION = "events", 3
