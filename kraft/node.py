@@ -21,9 +21,10 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
-from kraft.controller import Decision, QuorumController
+from common.errors import Errors
+from kraft.controller import QuorumController
 from kraft.controller_config import ControllerNodeConfig
 from kraft.quorum import Quorum, QuorumError
 from kraft.service import ControllerApiError, NotActiveController
@@ -45,7 +46,6 @@ from metadata_log.controller_api import (
     DeleteTopicsResponse,
     ElectLeadersRequest,
     ElectLeadersResponse,
-    Errors,
     IncrementalAlterConfigsRequest,
     QuorumStatus,
 )
@@ -53,7 +53,6 @@ from metadata_log.image import MetadataImage
 from metadata_log.records import ControllerEpochRecord, NoOpRecord, Record
 
 log = logging.getLogger("kraft.node")
-R = TypeVar("R")
 
 
 def monotonic_ms() -> int:
@@ -221,18 +220,18 @@ class ControllerNode:
             self._deactivate(f"fenced: {result.error}")
             raise NotActiveController(self._leader_http())
 
-    async def _write(
-        self, decide: Callable[[MetadataImage, int], Decision]
-    ) -> tuple[Any, AppendResult | None]:
+    async def _write(self, request: Any) -> tuple[Any, AppendResult | None]:
+        """Decide on `request` on the committed image, append, and answer."""
         self._require_active()  # fail fast, without queueing on the lock
         async with self._lock:
             result: AppendResult | None = None
             for attempt in (1, 2):
                 epoch = self._require_active()
-                decision = decide(self.quorum.image(), self._clock_ms())
+                now_ms = self._clock_ms()
+                decision = self.controller.decide(self.quorum.image(), request, now_ms)
                 if not decision.records:
                     return decision.respond(None), None
-                result = await self._append(epoch, decision.records)
+                result = await self._append(epoch, list(decision.records))
                 self._handle_stale(result)
                 if result.status != AppendStatus.INVALID:
                     break
@@ -244,51 +243,40 @@ class ControllerNode:
                 )
             return decision.respond(result), result
 
-    async def _call(self, decide: Callable[[MetadataImage, int], Decision]) -> Any:
-        response, _ = await self._write(decide)
+    async def _call(self, request: Any) -> Any:
+        response, _ = await self._write(request)
         return response
 
     async def register_broker(self, req: BrokerRegistrationRequest) -> BrokerRegistrationResponse:
-        return await self._call(lambda img, now: self.controller.register_broker(img, req, now))
+        return await self._call(req)
 
     async def heartbeat(self, req: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:
-        return await self._call(lambda img, now: self.controller.heartbeat(img, req, now))
+        return await self._call(req)
 
     async def alter_partition(self, req: AlterPartitionRequest) -> AlterPartitionResponse:
-        return await self._call(lambda img, now: self.controller.alter_partition(img, req, now))
+        return await self._call(req)
 
     async def allocate_producer_ids(
         self, req: AllocateProducerIdsRequest
     ) -> AllocateProducerIdsResponse:
-        return await self._call(
-            lambda img, now: self.controller.allocate_producer_ids(img, req, now)
-        )
+        return await self._call(req)
 
     async def create_topics(self, req: CreateTopicsRequest) -> CreateTopicsResponse:
-        return await self._call(lambda img, now: self.controller.create_topics(img, req, now))
+        return await self._call(req)
 
     async def delete_topics(self, req: DeleteTopicsRequest) -> DeleteTopicsResponse:
-        return await self._call(lambda img, now: self.controller.delete_topics(img, req, now))
+        return await self._call(req)
 
     async def create_partitions(self, req: CreatePartitionsRequest) -> CreatePartitionsResponse:
-        return await self._call(lambda img, now: self.controller.create_partitions(img, req, now))
+        return await self._call(req)
 
     async def elect_leaders(self, req: ElectLeadersRequest) -> ElectLeadersResponse:
-        return await self._call(lambda img, now: self.controller.elect_leaders(img, req, now))
+        return await self._call(req)
 
     async def alter_configs(self, req: IncrementalAlterConfigsRequest) -> None:
-        def decide(image: MetadataImage, now: int) -> Decision:
-            # QuorumController.alter_configs refuses by raising (its response has no
-            # error field); the API expects ControllerApiError with a Kafka code.
-            try:
-                return self.controller.alter_configs(image, req, now)
-            except KeyError as exc:
-                msg = exc.args[0] if exc.args else str(exc)
-                raise ControllerApiError(Errors.UNKNOWN_TOPIC_OR_PARTITION, str(msg)) from None
-            except ValueError as exc:  # storage.config.ConfigError is a ValueError
-                raise ControllerApiError(Errors.INVALID_CONFIG, str(exc)) from None
-
-        _, result = await self._write(decide)
+        # A refusal is raised by the configuration manager as ControllerApiError (this
+        # response has no error field); a batch that did not apply is refused here.
+        _, result = await self._write(req)
         if result is not None and result.status != AppendStatus.OK:
             raise ControllerApiError(Errors.INVALID_REQUEST, result.error or "not applied")
 
