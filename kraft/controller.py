@@ -1,7 +1,8 @@
 """The quorum controller: a thin router over Kafka-shaped managers (as Kafka's
 QuorumController), sans-I/O like them: an image, a request and `now_ms` in; a
 `Decision` (records plus the response once they commit) out. No sockets, threads,
-clocks or randomness: the node feeds time, and topic ids come from an injected generator.
+clocks or randomness: the node feeds time and gives the generator of topic ids (a
+simulation gives a seeded one).
 
 The managers, each in its own module:
 - `ClusterControlManager` (kraft/cluster_control.py): registrations, sessions and
@@ -27,7 +28,6 @@ one route per request type.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -56,10 +56,10 @@ Route = Callable[[MetadataImage, Any, int], Decision]
 class QuorumController:
     def __init__(
         self,
-        config: ControllerConfig | None = None,
-        new_topic_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        config: ControllerConfig,
+        new_topic_id: Callable[[], str],
     ) -> None:
-        self.config = config or ControllerConfig()
+        self.config = config
         self.cluster = ClusterControlManager(self.config)
         self.configuration = ConfigurationControlManager(self.config)
         self.replication = ReplicationControlManager(

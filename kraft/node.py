@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Callable
+import uuid
 from typing import Any
 
+from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import Errors
 from kraft.controller import QuorumController
 from kraft.controller_config import ControllerNodeConfig
@@ -55,11 +55,6 @@ from metadata_log.records import ControllerEpochRecord, NoOpRecord, Record
 log = logging.getLogger("kraft.node")
 
 
-def monotonic_ms() -> int:
-    # Session deadlines live only in the active controller's memory: a monotonic clock.
-    return int(time.monotonic() * 1000)
-
-
 class ControllerNode:
     """Implements kraft.service.ControllerService."""
 
@@ -72,16 +67,22 @@ class ControllerNode:
         tick_interval_s: float = 0.25,
         noop_interval_s: float = 5.0,
         write_timeout_s: float = 5.0,
-        clock_ms: Callable[[], int] = monotonic_ms,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
         self.quorum = quorum
-        self.controller = controller or QuorumController(config.controller_config())
+        # Topic ids are the one random thing the controller hands out: drawn here, in the
+        # shell, so the decisions stay deterministic for a given generator.
+        self.controller = controller or QuorumController(
+            config.controller_config(), new_topic_id=lambda: str(uuid.uuid4())
+        )
         self.tick_interval_s = tick_interval_s
         self.noop_interval_s = noop_interval_s
         self.write_timeout_s = write_timeout_s
-        self._clock_ms = clock_ms
+        # Session deadlines live only in the active controller's memory: the clock's
+        # monotonic milliseconds, never wall time.
+        self.clock = clock
         self._active_epoch: int | None = None  # term whose barrier committed, while leader
         self._lock = asyncio.Lock()  # one decide+append at a time
         self._wake = asyncio.Event()
@@ -127,8 +128,7 @@ class ControllerNode:
 
     async def _run(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.tick_interval_s)
+            await self._wake_or_tick()
             self._wake.clear()
             try:
                 await self._step()
@@ -136,6 +136,18 @@ class ControllerNode:
                 raise
             except Exception:  # one bad step must not end the loop that keeps us active
                 log.exception("controller step failed node=%d", self.node_id)
+
+    async def _wake_or_tick(self) -> None:
+        """Until a role change wakes us or a tick interval passes on the clock."""
+        if self._wake.is_set():
+            return
+        tick = asyncio.ensure_future(self.clock.sleep(self.tick_interval_s))
+        wake = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait((tick, wake), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            tick.cancel()
+            wake.cancel()
 
     async def _step(self) -> None:
         if self._active_epoch is not None and not self.active:
@@ -149,7 +161,7 @@ class ControllerNode:
             epoch = self._active_epoch
             if epoch is None or not self.active:
                 return
-            now = self._clock_ms()
+            now = self.clock.monotonic_ms()
             records = self.controller.tick(self.quorum.image(), now)
             if not records and now - self._last_append_ms >= self.noop_interval_s * 1000:
                 # Lets brokers tell a live log from a stale one.
@@ -182,7 +194,7 @@ class ControllerNode:
             if not (self.quorum.is_leader and self.quorum.term == term):
                 return  # lost the role while committing; whoever leads now claims
             self._active_epoch = term
-            self._last_append_ms = self._clock_ms()
+            self._last_append_ms = self.clock.monotonic_ms()
             self.controller.activate(self.quorum.image(), self._last_append_ms)
             self.activations += 1
             log.info(
@@ -212,7 +224,7 @@ class ControllerNode:
         except QuorumError as exc:
             # Outcome unknown: the API answers 503 and the client retries.
             raise TimeoutError(str(exc)) from exc
-        self._last_append_ms = self._clock_ms()
+        self._last_append_ms = self.clock.monotonic_ms()
         return result
 
     def _handle_stale(self, result: AppendResult) -> None:
@@ -227,7 +239,7 @@ class ControllerNode:
             result: AppendResult | None = None
             for attempt in (1, 2):
                 epoch = self._require_active()
-                now_ms = self._clock_ms()
+                now_ms = self.clock.monotonic_ms()
                 decision = self.controller.decide(self.quorum.image(), request, now_ms)
                 if not decision.records:
                     return decision.respond(None), None
