@@ -178,16 +178,6 @@ class Quorum:
                 fut.set_result(None)
         self._waiters.clear()
 
-    def force_compaction(self) -> None:
-        """Ask pysyncobj to dump the state and trim the journal on its next tick (it only
-        sets a flag: safe from the loop)."""
-        if self._syncobj is not None:
-            self._syncobj.forceLogCompaction()
-
-    @property
-    def raft_log_size(self) -> int:
-        return self._syncobj._getRaftLogSize() if self._syncobj is not None else 0
-
     # -- the replicated write ------------------------------------------------------------------
 
     async def append(
