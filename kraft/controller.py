@@ -22,8 +22,9 @@ Adding a manager (ACLs, SCRAM credentials, reassignments are next): write it in 
 module, with one method `(image, request, now_ms) -> Decision` per request type; build it
 in `__init__` (give it the managers it reads, never the other way round: the replication
 manager reads the cluster and configuration managers); add one row per request type to
-`self._routes`. The node then serves each request with `decide`, and the HTTP API gets
-one route per request type.
+`self._routes`. Then give `ControllerService` (kraft/service.py) and `ControllerNode` one
+method per request (each is `await self._call(req)`, which runs `decide`), and the HTTP
+API (kraft/http_api.py) one row per request in `make_app`'s route table.
 """
 
 from __future__ import annotations
