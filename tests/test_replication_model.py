@@ -55,7 +55,8 @@ from broker.fetcher import FollowerData
 from broker.hosted import HostedPartition, log_headers
 from broker.partition import AlterIsr, Partition
 from broker.producer_state import ProducerStateManager
-from kraft.controller import ControllerConfig, Decision, QuorumController
+from kraft.controller import QuorumController
+from kraft.decision import ControllerConfig, Decision
 from kraft.state_machine import AppendStatus, MetadataStateMachine
 from metadata_log.controller_api import (
     AlterPartitionResponse,
@@ -121,7 +122,7 @@ class ReplicationModel(RuleBasedStateMachine):
 
     def append(self, records: list) -> None:
         if records:
-            self.run(Decision(records, lambda _r: None))
+            self.run(Decision(tuple(records)))
 
     @property
     def image(self) -> MetadataImage:
@@ -139,7 +140,7 @@ class ReplicationModel(RuleBasedStateMachine):
         req = BrokerRegistrationRequest(
             b.id, f"inc-{b.id}-{b.incarnation}", [Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b.id)]
         )
-        resp = self.run(self.controller.register_broker(self.image, req, self.now))
+        resp = self.run(self.controller.decide(self.image, req, self.now))
         if resp.error_code == Errors.DUPLICATE_BROKER_REGISTRATION:
             return False
         assert resp.error_code == Errors.NONE, resp
@@ -149,7 +150,7 @@ class ReplicationModel(RuleBasedStateMachine):
 
     def heartbeat(self, b: Broker) -> None:
         req = BrokerHeartbeatRequest(b.id, b.broker_epoch, b.metadata_offset)
-        self.run(self.controller.heartbeat(self.image, req, self.now))
+        self.run(self.controller.decide(self.image, req, self.now))
 
     def open_replica(self, b: Broker) -> None:
         lg = Log(b.dir / f"{TOPIC}-0", LOG_CONFIG)
@@ -181,7 +182,7 @@ class ReplicationModel(RuleBasedStateMachine):
                 )
             ]
         )
-        resp = self.run(self.controller.create_topics(self.image, req, self.now))
+        resp = self.run(self.controller.decide(self.image, req, self.now))
         assert resp.topics[0].error_code == Errors.NONE, resp
         for b in self.brokers.values():
             self.open_replica(b)
@@ -297,7 +298,7 @@ class ReplicationModel(RuleBasedStateMachine):
 
     def handle(self, msg: Message) -> None:
         if isinstance(msg, AlterReq):
-            resp = self.run(self.controller.alter_partition(self.image, msg.req, self.now))
+            resp = self.run(self.controller.decide(self.image, msg.req, self.now))
             self.send(AlterResp(msg.src, msg.alter, resp, msg.src_incarnation))
             return
         b = self.brokers[msg.dst]
