@@ -37,7 +37,7 @@ from broker.codec import (
     encode_produce_response,
     encode_response,
 )
-from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from broker.results import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
 from storage.record_batch import RecordBatchError, validate_records
 from storage.segment import FileSlice
 

@@ -45,7 +45,7 @@ from broker.codec_schema import (
     read_uvarint,
     strip_unknown_tags,
 )
-from broker.runtime import FetchResult, ProduceResult
+from broker.results import FetchResult, ProduceResult
 from storage.segment import FileSlice
 
 API_VERSIONS_KEY = 18

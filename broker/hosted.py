@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from broker.fetcher import FollowerData, FollowerFetchState
 from broker.partition import AlterIsr, Partition
 from broker.producer_state import BatchHeader, ProducerStateError, ProducerStateManager
-from broker.runtime import FetchResult, ListOffsetResult, ProduceResult
+from broker.results import FetchResult, ListOffsetResult, ProduceResult
 from metadata_log.image import PartitionRegistration
 from storage.epoch_cache import UNDEFINED_EPOCH
 from storage.log import Log

@@ -31,7 +31,7 @@ from broker.fetcher import FetcherManager, FollowerData, FollowerFetchState
 from broker.hosted import HostedPartition, finish, log_headers, start_leader_epoch
 from broker.partition import NO_LEADER, AlterIsr, Partition
 from broker.producer_state import ProducerStateManager
-from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from broker.results import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
 from metadata_log.image import MetadataImage, PartitionRegistration
 from metadata_log.records import TOPIC_RESOURCE
 from storage.checkpoint import PARTITION_METADATA, CheckpointError, write_partition_metadata

@@ -29,7 +29,7 @@ from broker.fetcher import FetcherConfig, FetcherManager
 from broker.group.manager import OFFSETS_TOPIC, GroupCoordinator
 from broker.network import KafkaServer
 from broker.replica_manager import ReplicaManager
-from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from broker.results import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
 from metadata_log.controller_api import (
     CreatableTopic,
     CreatableTopicResult,

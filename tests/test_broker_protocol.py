@@ -21,7 +21,7 @@ from kio.serial import entity_reader
 from broker.apis import SUPPORTED_VERSIONS
 from broker.codec import encode_fetch_response, encode_produce_response
 from broker.codec_schema import build, encode_uvarint
-from broker.runtime import FetchResult, ProduceResult
+from broker.results import FetchResult, ProduceResult
 from storage.records import Record, build_batch
 from storage.segment import FileSlice
 from tests.test_broker_wire import BrokerThread, RawClient, encode_request, wait_until

@@ -28,7 +28,7 @@ from broker.apis import KafkaApis
 from broker.group.config import GroupConfig
 from broker.group.manager import GroupCoordinator
 from broker.network import KafkaServer
-from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from broker.results import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
 from metadata_log.controller_api import (
     CreatableTopicResult,
     CreatePartitionsRequest,

@@ -30,7 +30,7 @@ from broker.producer_state import (
     increment_sequence,
 )
 from broker.replica_manager import ReplicaManager
-from broker.runtime import FetchPartition
+from broker.results import FetchPartition
 from metadata_log.delta import MetadataDelta
 from metadata_log.image import MetadataImage
 from metadata_log.records import (

@@ -28,7 +28,7 @@ from broker.group.config import GroupConfig
 from broker.group.coordinator import GroupCoordinatorCore
 from broker.group.messages import Append, Out, Reply
 from broker.hosted import HostedPartition
-from broker.runtime import ProduceResult
+from broker.results import ProduceResult
 from metadata_log.image import MetadataImage
 from storage.log_types import OffsetOutOfRangeError
 from storage.record_batch import iter_batches
