@@ -143,6 +143,20 @@ class KafkaApis:
             code = INVALID_RECORD if api_key == PRODUCE_KEY else UNKNOWN_SERVER_ERROR
             return error_answer(header, body, code)
 
+    # -- a bridge to the handler contract (apis_common.BrokerApis) until this class is
+    # built from the broker's parts: the data handlers already call them directly.
+
+    @property
+    def replica_manager(self) -> Any:
+        return self.runtime.replica_manager  # type: ignore[attr-defined]
+
+    @property
+    def admin(self) -> Any:
+        return getattr(self.runtime, "admin", self.runtime)
+
+    def image(self) -> Any:
+        return self.runtime.image()
+
     def topic_name_by_id(self, topic_id: Any) -> str | None:
         """Topic name for a UUID (Fetch v13, DeleteTopics v6), cached per image."""
         image = self.runtime.image()
