@@ -31,7 +31,7 @@ from broker.hosted import HostedPartition
 from broker.results import ProduceResult
 from metadata_log.image import MetadataImage
 from storage.log_types import OffsetOutOfRangeError
-from storage.record_batch import iter_batches
+from storage.record_batch import CheckedBatch, iter_batches, validate_records
 from storage.records import Record, build_batch, decode_batch
 
 log = logging.getLogger("broker.group")
@@ -46,7 +46,7 @@ class Replicas(Protocol):
     def image(self) -> MetadataImage: ...
     def partition(self, topic: str, partition: int) -> HostedPartition | None: ...
     async def produce(
-        self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int
+        self, topic: str, partition: int, batches: list[CheckedBatch], acks: int, timeout_ms: int
     ) -> ProduceResult: ...
 
 
@@ -111,7 +111,7 @@ class GroupCoordinator:
         self.appends += 1
         try:
             result = await self._replicas.produce(
-                OFFSETS_TOPIC, a.partition, batch, -1, self._commit_timeout_ms
+                OFFSETS_TOPIC, a.partition, validate_records(batch), -1, self._commit_timeout_ms
             )
             code = result.error_code
         except Exception:
