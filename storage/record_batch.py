@@ -178,12 +178,6 @@ class RecordBatchView:
         """The batch's bytes, without copying."""
         return memoryview(self.buf)[self.pos : self.pos + self.size]
 
-    def is_valid(self) -> bool:
-        """True when the stored CRC matches the bytes (the header is assumed sane)."""
-        mv = memoryview(self.buf)
-        end = self.pos + self.size
-        return crc32c(mv[self.pos + ATTRIBUTES : end]) == self.crc
-
     def __repr__(self) -> str:
         return (
             f"RecordBatchView(base_offset={self.base_offset}, last_offset={self.last_offset}, "
