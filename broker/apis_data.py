@@ -211,7 +211,7 @@ async def handle_fetch(apis: BrokerApis, header: RequestHeader, body: Any) -> Re
         found = await rm.wait_for_data(reads, body.min_bytes, max_wait_ms, replica_id)
         topics, total, answer_now = _read(rm, plan, max_bytes, replica_id, isolation, found)
     return encode_fetch_response(
-        version, header.correlation_id, 0, topics, read_committed=isolation == 1
+        version, header.correlation_id, Errors.NONE, topics, read_committed=isolation == 1
     )
 
 
@@ -280,7 +280,8 @@ def fetch_error(header: RequestHeader, body: Any, code: int) -> Response:
         )
         for t in body.topics
     ]
-    return encode_fetch_response(v, header.correlation_id, code if v >= 7 else 0, topics)
+    top_code = code if v >= 7 else Errors.NONE  # v7 added the top-level error code
+    return encode_fetch_response(v, header.correlation_id, top_code, topics)
 
 
 # -- ListOffsets, OffsetForLeaderEpoch, InitProducerId ---------------------------------------

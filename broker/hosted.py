@@ -262,18 +262,18 @@ class HostedPartition:
         if now.leader_epoch != sent.leader_epoch or now.fetch_offset != sent.fetch_offset:
             # Our log or leader moved while the request was out (a truncation, a new
             # epoch): the answer is about a state we left. Kafka's fetcher drops it too.
-            return 0
+            return Errors.NONE
         if data.error_code == Errors.OFFSET_OUT_OF_RANGE:
             if data.log_start_offset > lg.log_end_offset:
                 self._restart_at(data.log_start_offset)
             else:  # ahead of the leader: back to what was committed
                 self._truncate(self.core.high_watermark)
-            return 0
+            return Errors.NONE
         if data.error_code:
             return data.error_code
         if data.diverging_epoch is not None:
             self._truncate(self._truncation_point(*data.diverging_epoch))
-            return 0
+            return Errors.NONE
         if data.records:
             try:
                 self._append(data.records)
@@ -291,7 +291,7 @@ class HostedPartition:
         if lg.log_start_offset < data.log_start_offset <= lg.log_end_offset:
             lg.delete_records_before(data.log_start_offset)
         self.core.on_follower_progress(data.high_watermark, lg.log_end_offset)
-        return 0
+        return Errors.NONE
 
     def _truncation_point(self, epoch: int, end_offset: int) -> int:
         """Where to cut our log given the leader's (epoch, end offset) for our last
