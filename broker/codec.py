@@ -38,7 +38,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from broker.codec_schema import build, check_counts, strip_unknown_tags
-from broker.runtime import FetchResult, ProduceResult
+from broker.results import FetchResult, ProduceResult
 from common.api_keys import ApiKey
 from common.varint import MalformedError, encode_uvarint, skip_tagged_fields
 from storage.segment import FileSlice

@@ -21,7 +21,7 @@ from kio.serial import entity_reader
 from broker.apis import SUPPORTED_VERSIONS
 from broker.codec import encode_fetch_response, encode_produce_response
 from broker.codec_schema import build
-from broker.runtime import FetchResult, ProduceResult
+from broker.results import FetchResult, ProduceResult
 from common.varint import encode_uvarint
 from storage.records import Record, build_batch
 from storage.segment import FileSlice

@@ -28,7 +28,7 @@ from broker.apis import KafkaApis
 from broker.group.config import GroupConfig
 from broker.group.manager import GroupCoordinator
 from broker.network import KafkaServer
-from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from broker.results import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
 from metadata_log.controller_api import (
     CreatableTopicResult,
     CreatePartitionsRequest,
@@ -47,7 +47,8 @@ from metadata_log.image import (
 )
 from metadata_log.records import Endpoint
 from storage.log import Log
-from storage.log_types import OffsetOutOfRangeError
+from storage.log_types import FetchDataInfo, OffsetOutOfRangeError
+from storage.record_batch import CheckedBatch
 
 T = TypeVar("T")
 BROKER_ID = 1
@@ -75,6 +76,9 @@ class FakeRuntime:
         # A real coordinator, but __consumer_offsets never gets created here: clients
         # with a group.id hear COORDINATOR_NOT_AVAILABLE, as from a cluster without it.
         self.groups = GroupCoordinator(GroupConfig(), self, self._no_offsets_topic)  # type: ignore[arg-type]
+        # The parts the handlers call: this fake plays the replica manager and the admin.
+        self.replica_manager = self
+        self.admin = self
 
     async def _no_offsets_topic(self) -> None:
         return None
@@ -113,11 +117,11 @@ class FakeRuntime:
 
     # data path
     async def produce(
-        self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int
+        self, topic: str, partition: int, batches: list[CheckedBatch], acks: int, timeout_ms: int
     ) -> ProduceResult:
         self.produce_calls += 1
         log = self.logs[(topic, partition)]
-        info = log.append_as_leader(records, leader_epoch=0)
+        info = log.append_checked_as_leader(batches, leader_epoch=0)
         self._wake()
         return ProduceResult(0, info.first_offset, info.log_append_time_ms, log.log_start_offset)
 
@@ -126,7 +130,13 @@ class FakeRuntime:
             self._appended.set()
             self._appended = None
 
-    def fetch(self, p: FetchPartition, replica_id: int, isolation_level: int) -> FetchResult:
+    def fetch(
+        self,
+        p: FetchPartition,
+        replica_id: int,
+        isolation_level: int,
+        found: FetchDataInfo | None = None,
+    ) -> FetchResult:
         self.fetch_calls += 1
         log = self.logs.get((p.topic, p.partition))
         if log is None:
@@ -144,19 +154,19 @@ class FakeRuntime:
         min_bytes: int,
         max_wait_ms: int,
         replica_id: int = -1,
-    ) -> None:
+    ) -> dict[FetchPartition, FetchDataInfo]:
         deadline = time.monotonic() + max_wait_ms / 1000
         while True:
             available = sum(self.fetch(p, -1, 0).size for p in partitions)
             remaining = deadline - time.monotonic()
             if available >= min_bytes or remaining <= 0:
-                return
+                return {}  # nothing kept: the fetch reads again
             if self._appended is None:
                 self._appended = asyncio.Event()
             try:
                 await asyncio.wait_for(self._appended.wait(), remaining)
             except TimeoutError:
-                return
+                return {}
 
     def list_offset(
         self, topic: str, partition: int, timestamp: int, current_leader_epoch: int

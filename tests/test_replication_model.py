@@ -52,7 +52,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from broker.alter_partition import alter_partition_request
 from broker.fetcher import FollowerData
-from broker.hosted import HostedPartition, log_headers
+from broker.hosted import HostedPartition, log_headers, start_leader_epoch
 from broker.partition import AlterIsr, Partition
 from broker.producer_state import ProducerStateManager
 from kraft.controller import QuorumController
@@ -70,6 +70,7 @@ from metadata_log.image import MetadataImage, PartitionRegistration
 from metadata_log.records import ControllerEpochRecord, Endpoint, encode_batch
 from storage.config import LogConfig
 from storage.log import Log
+from storage.record_batch import validate_records
 from storage.records import Record, build_batch
 from tests.replication_model_parts import (
     Ack,
@@ -208,7 +209,7 @@ class ReplicationModel(RuleBasedStateMachine):
         b.metadata_offset = self.sm.next_offset - 1
         leads = reg.leader == b.id
         if leads and (not core.is_leader or reg.leader_epoch != core.leader_epoch):
-            h.start_leader_epoch(reg.leader_epoch)
+            start_leader_epoch(h.log, reg.leader_epoch)
         h.install(reg, self.now)
 
     @rule(broker=st.sampled_from(BROKERS))
@@ -258,7 +259,7 @@ class ReplicationModel(RuleBasedStateMachine):
         vid = next(self.value_ids)
         records = build_batch([Record(b"v", timestamp=vid)], now_ms=vid)
         ack = Ack(self, vid, -1)
-        result, required = b.h.produce(records, acks, MIN_ISR, ack)  # type: ignore[arg-type]
+        result, required = b.h.produce(validate_records(records), acks, MIN_ISR, ack)  # type: ignore[arg-type]
         if result.error_code == 0:
             ack.offset = result.base_offset
             if required is None and acks == -1:

@@ -20,6 +20,7 @@ from tests.test_replica_manager import (
     Metadata,
     batch,
     broker_config,
+    checked,
     eventually,
     fp,
     register,
@@ -45,7 +46,7 @@ async def test_the_runtime_tells_a_follower_wait_from_a_consumer_wait(tmp_path: 
     follower = asyncio.create_task(request(2))
     consumer = asyncio.create_task(request(-1))
     await asyncio.sleep(0)
-    await server.replica_manager.produce(TOPIC, 0, batch(b"a"), 1, 1000)
+    await server.replica_manager.produce(TOPIC, 0, checked(batch(b"a")), 1, 1000)
     await asyncio.wait_for(follower, 5)  # the LEO moved
     assert not consumer.done()  # the HW did not
     consumer.cancel()
@@ -88,7 +89,7 @@ async def test_a_follower_replicates_over_the_wire_and_acks_all_completes(tmp_pa
         await _apply(md, b1, b2, records=topic(replicas=(1, 2)))
         for i in range(5):
             r = await asyncio.wait_for(
-                b1.replica_manager.produce(TOPIC, 0, batch(b"v%d" % i), -1, 10_000), 10
+                b1.replica_manager.produce(TOPIC, 0, checked(batch(b"v%d" % i)), -1, 10_000), 10
             )
             assert (r.error_code, r.base_offset) == (0, i)
         f = b2.replica_manager.partition(TOPIC, 0)
@@ -97,7 +98,7 @@ async def test_a_follower_replicates_over_the_wire_and_acks_all_completes(tmp_pa
         # leadership moves to broker 2 (epoch 1); broker 1 follows it from there
         await _apply(md, b1, b2, records=[PartitionChangeRecord(TID, 0, (1, 2), 2, 1, 1)])
         r = await asyncio.wait_for(
-            b2.replica_manager.produce(TOPIC, 0, batch(b"w"), -1, 10_000), 10
+            b2.replica_manager.produce(TOPIC, 0, checked(batch(b"w")), -1, 10_000), 10
         )
         assert (r.error_code, r.base_offset) == (0, 5)
         old = b1.replica_manager.partition(TOPIC, 0)
@@ -114,10 +115,10 @@ async def test_a_diverged_follower_truncates_to_the_leader(tmp_path: Path) -> No
         # broker 2 leads alone at epoch 0 and writes a tail nobody else has
         await _apply(md, b1, b2, records=topic(replicas=(2, 1), isr=(2,), leader=2))
         await b1.fetchers.remove_partitions([(TOPIC, 0)])  # broker 1 hears nothing of it
-        await b2.replica_manager.produce(TOPIC, 0, batch(b"lost-1", b"lost-2"), 1, 1000)
+        await b2.replica_manager.produce(TOPIC, 0, checked(batch(b"lost-1", b"lost-2")), 1, 1000)
         # broker 1 becomes leader at epoch 1 (unclean), writes its own data
         await _apply(md, b1, b2, records=[PartitionChangeRecord(TID, 0, (1,), 1, 1, 1)])
-        await b1.replica_manager.produce(TOPIC, 0, batch(b"kept"), 1, 1000)
+        await b1.replica_manager.produce(TOPIC, 0, checked(batch(b"kept")), 1, 1000)
         f = b2.replica_manager.partition(TOPIC, 0)
         await eventually(
             lambda: values_in(f.log.read(0, 1 << 20).read()) == [b"kept"], 10, "truncation"

@@ -36,7 +36,7 @@ from metadata_log.delta import MetadataDelta
 from metadata_log.image import MetadataImage
 from storage.log import Log
 from storage.log_types import OffsetOutOfRangeError
-from storage.record_batch import iter_batches
+from storage.record_batch import CheckedBatch, iter_batches, validate_records
 from storage.records import Record, build_batch, decode_batch
 
 log = logging.getLogger("broker.group")
@@ -76,7 +76,7 @@ class Replicas(Protocol):
 
     def partition(self, topic: str, partition: int) -> OffsetsReplica | None: ...
     async def produce(
-        self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int
+        self, topic: str, partition: int, batches: list[CheckedBatch], acks: int, timeout_ms: int
     ) -> AppendResult: ...
 
 
@@ -144,7 +144,7 @@ class GroupCoordinator:
         )
         try:
             result = await self._replicas.produce(
-                OFFSETS_TOPIC, a.partition, batch, -1, self._commit_timeout_ms
+                OFFSETS_TOPIC, a.partition, validate_records(batch), -1, self._commit_timeout_ms
             )
             code = result.error_code
         except Exception:

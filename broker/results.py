@@ -1,8 +1,9 @@
-"""What the replica manager answers the data-path handlers: produce, fetch and list-offset
-results, and a fetch's per-partition request. Errors are Kafka error codes (ints), so
-handlers can answer without translating exceptions. (The handlers reach the broker's
-parts through `apis_common.BrokerApis`.)
-"""
+"""What the data path answers, per partition: the results of a produce, a fetch and a
+ListOffsets, and a fetch's request for one partition.
+
+Kept in a module of their own, below everything that makes or reads them (the replica
+manager and its hosted partitions, the group coordinator, the handlers, the codec), so
+none of those imports another just for a result type."""
 
 from __future__ import annotations
 
