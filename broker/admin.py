@@ -18,8 +18,8 @@ from typing import Protocol
 
 from broker.config import BrokerConfig
 from broker.controller_channel import ControllerError, ControllerUnavailable
-from broker.group.manager import OFFSETS_TOPIC
 from common.errors import Errors
+from common.topics import GROUP_METADATA_TOPIC_NAME
 from metadata_log.controller_api import (
     AllocateProducerIdsResponse,
     CreatableTopic,
@@ -93,7 +93,7 @@ class Admin:
         """__consumer_offsets on first use, compacted, as Kafka creates it."""
         cfg = self.config
         topic = CreatableTopic(
-            name=OFFSETS_TOPIC,
+            name=GROUP_METADATA_TOPIC_NAME,
             num_partitions=cfg.group_config.num_partitions,
             replication_factor=cfg.offsets_topic_replication_factor,
             configs={
@@ -106,7 +106,7 @@ class Admin:
             if r.error_code not in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS):
                 log.warning(
                     "cannot create %s (offsets.topic.replication.factor=%d): error %d %s",
-                    OFFSETS_TOPIC,
+                    GROUP_METADATA_TOPIC_NAME,
                     cfg.offsets_topic_replication_factor,
                     r.error_code,
                     r.error_message or "",

@@ -10,13 +10,10 @@ after CreateTopics may still say LEADER_NOT_AVAILABLE, as with Kafka.
 from __future__ import annotations
 
 import logging
-import random
-import re
 from collections import Counter
 from typing import Any
 
 from broker.apis_common import (
-    INTERNAL_TOPICS,
     NO_AUTHORIZED_OPERATIONS,
     ApiHandler,
     BrokerApis,
@@ -27,6 +24,7 @@ from broker.codec import RequestHeader
 from broker.codec_schema import topic_uuid
 from common.api_keys import ApiKey
 from common.errors import Errors
+from common.topics import INTERNAL_TOPICS, is_valid_name
 from metadata_log.controller_api import (
     CreatableTopic,
     CreatePartitionsRequest,
@@ -38,13 +36,8 @@ from metadata_log.image import MetadataImage
 
 log = logging.getLogger(__name__)
 
-_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 # DescribeConfigs config_source values
 _TOPIC_CONFIG, _STATIC_BROKER_CONFIG, _DEFAULT_CONFIG = 1, 4, 5
-
-
-def valid_topic_name(name: str | None) -> bool:
-    return name is not None and name not in (".", "..") and bool(_LEGAL_TOPIC.fullmatch(name))
 
 
 def _brokers(apis: BrokerApis, image: MetadataImage) -> list[dict[str, Any]]:
@@ -65,10 +58,12 @@ def _brokers(apis: BrokerApis, image: MetadataImage) -> list[dict[str, Any]]:
     return out
 
 
-def _controller_id(brokers: list[dict[str, Any]]) -> int:
-    # KRaft brokers tell clients a random live broker is "the controller": clients send
-    # admin requests there and any broker forwards them to the active controller.
-    return random.choice(brokers)["node_id"] if brokers else -1
+def _controller_id(brokers: list[dict[str, Any]], correlation_id: int) -> int:
+    # KRaft brokers tell clients some live broker is "the controller" (Kafka picks one at
+    # random): clients send admin requests there and any broker forwards them to the
+    # active controller. Spread by the request's correlation id instead of a random
+    # draw, so an answer is a function of its request (no hidden randomness to seed).
+    return brokers[correlation_id % len(brokers)]["node_id"] if brokers else -1
 
 
 # -- Metadata --------------------------------------------------------------------------------
@@ -102,7 +97,7 @@ async def handle_metadata(apis: BrokerApis, header: RequestHeader, body: Any) ->
             seen.add(name)
             if image.topic_by_name(name) is not None:
                 topics.append(_describe_topic(image, name, live, v))
-            elif not valid_topic_name(name):
+            elif not is_valid_name(name):
                 topics.append(_topic_error(Errors.INVALID_TOPIC_EXCEPTION, name))
             elif auto:
                 entry = _topic_error(Errors.LEADER_NOT_AVAILABLE, name)
@@ -119,7 +114,7 @@ async def handle_metadata(apis: BrokerApis, header: RequestHeader, body: Any) ->
             "throttle_time": 0,
             "brokers": brokers,
             "cluster_id": apis.cluster_id,
-            "controller_id": _controller_id(brokers),
+            "controller_id": _controller_id(brokers, header.correlation_id),
             "topics": topics,
             "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
         },
@@ -247,7 +242,7 @@ def _check_creatable(t: Any, count: int) -> tuple[int, str] | None:
     does not fail the others of the request."""
     if count > 1:
         return Errors.INVALID_REQUEST, f"topic {t.name!r} appears {count} times in the request"
-    if not valid_topic_name(t.name):
+    if not is_valid_name(t.name):
         return Errors.INVALID_TOPIC_EXCEPTION, f"illegal topic name {t.name!r}"
     if not (t.num_partitions == -1 or 1 <= t.num_partitions <= 100_000):
         return Errors.INVALID_PARTITIONS, f"number of partitions {t.num_partitions} is out of range"
@@ -395,7 +390,7 @@ async def handle_describe_cluster(apis: BrokerApis, header: RequestHeader, body:
             "error_message": None,
             "endpoint_type": 1,
             "cluster_id": apis.cluster_id,
-            "controller_id": _controller_id(brokers),
+            "controller_id": _controller_id(brokers, header.correlation_id),
             "brokers": brokers,
             "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
         },

@@ -21,8 +21,6 @@ if TYPE_CHECKING:
     from broker.replica_manager import ReplicaManager
     from metadata_log.image import MetadataImage
 
-# Topics only the broker itself writes (Kafka's Topic.isInternal).
-INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 NO_AUTHORIZED_OPERATIONS = -(2**31)  # Kafka's "not requested" value
 
 # A framed response: bytes, a list of buffers and FileSlices, or None (no response).

@@ -19,7 +19,6 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from broker.apis_common import (
-    INTERNAL_TOPICS,
     ApiHandler,
     BrokerApis,
     CloseConnection,
@@ -37,6 +36,7 @@ from broker.codec import (
 from broker.results import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
 from common.api_keys import ApiKey
 from common.errors import Errors
+from common.topics import INTERNAL_TOPICS
 from storage.log_types import FetchDataInfo
 from storage.record_batch import CheckedBatch, RecordBatchError, validate_records
 from storage.segment import FileSlice

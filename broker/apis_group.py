@@ -13,10 +13,10 @@ from typing import Any
 from broker.apis_common import ApiHandler, BrokerApis, Response, answer, to_ms
 from broker.codec import RequestHeader
 from broker.group import messages as gm
-from broker.group.manager import OFFSETS_TOPIC
 from broker.network import client_host
 from common.api_keys import ApiKey
 from common.errors import Errors
+from common.topics import GROUP_METADATA_TOPIC_NAME
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1  # FindCoordinator key types
 
@@ -35,7 +35,7 @@ def _coordinator(apis: BrokerApis, key: str, key_type: int) -> dict[str, Any]:
     if key_type != GROUP_KEY or not key:
         return {**out, "error_code": Errors.INVALID_REQUEST, "error_message": "not a group id"}
     groups = apis.groups
-    topic = apis.image().topic_by_name(OFFSETS_TOPIC)
+    topic = apis.image().topic_by_name(GROUP_METADATA_TOPIC_NAME)
     if topic is None:
         groups.ensure_offsets_topic()
         return {**out, "error_code": Errors.COORDINATOR_NOT_AVAILABLE, "error_message": None}

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.properties import ConfigError, Properties, join_host_port, read_properties
-from kraft.controller import ControllerConfig
+from kraft.decision import ControllerConfig
 
 __all__ = ["ConfigError", "ControllerNodeConfig", "load_config"]
 

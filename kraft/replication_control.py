@@ -12,10 +12,10 @@ partition epochs) by the replicated state machine.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 from common.errors import Errors
+from common.topics import is_valid_name
 from kraft.cluster_control import BrokerTransition, ClusterControlManager
 from kraft.configuration_control import ConfigurationControlManager
 from kraft.decision import ControllerConfig, Decision
@@ -46,7 +46,6 @@ from metadata_log.records import (
     TopicRecord,
 )
 
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 _Placement = list[tuple[int, str | None]]  # (broker id, rack) of brokers that may host
 
 
@@ -220,7 +219,7 @@ class ReplicationControlManager:
         def fail(code: int, msg: str) -> tuple[CreatableTopicResult, list[Record]]:
             return CreatableTopicResult(t.name, code, error_message=msg), []
 
-        if t.name in (".", "..") or not _LEGAL_TOPIC.match(t.name):
+        if not is_valid_name(t.name):
             return fail(Errors.INVALID_TOPIC_EXCEPTION, f"topic name {t.name!r} is illegal")
         if t.name in seen:
             return fail(Errors.INVALID_REQUEST, f"topic {t.name} appears twice in the request")

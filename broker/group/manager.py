@@ -32,6 +32,7 @@ from broker.group.messages import Append, Out, Reply
 from broker.metadata_publisher import LoaderManifest
 from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import Errors
+from common.topics import GROUP_METADATA_TOPIC_NAME as OFFSETS_TOPIC
 from metadata_log.delta import MetadataDelta
 from metadata_log.image import MetadataImage
 from storage.log import Log
@@ -41,7 +42,6 @@ from storage.records import Record, build_batch, decode_batch
 
 log = logging.getLogger("broker.group")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 _LOAD_CHUNK = 1 << 20
 
 Token = asyncio.Future[Any]
