@@ -34,6 +34,7 @@ from kio.schema.types import BrokerId
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32, i64
 
+from broker.shutdownable import ShutdownableTask
 from common.api_keys import ApiKey
 from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import Errors
@@ -183,13 +184,12 @@ class LeaderFetcher:
         self.lock = asyncio.Lock()  # held while an answer is applied
         self._wake = asyncio.Event()
         self._correlation = itertools.count(1)
-        self._task: asyncio.Task[None] | None = None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._stopping = False
+        self._loop = ShutdownableTask(f"fetcher-{source_id}", self._run)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.source_id}")
+        self._loop.start()
 
     def add(self, tps: Iterable[TP]) -> None:
         for tp in tps:
@@ -197,14 +197,7 @@ class LeaderFetcher:
         self._wake.set()
 
     async def stop(self) -> None:
-        # The flag, not only the cancel: asyncio.wait_for on 3.11 can swallow a
-        # cancellation that races with the awaited call's own error.
-        self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        await self._loop.stop()
         self._close()
 
     def _close(self) -> None:
@@ -222,7 +215,7 @@ class LeaderFetcher:
     async def _run(self) -> None:
         clock = self.clock
         backoff = 0.05
-        while not self._stopping:
+        while not self._loop.stopping:
             now = clock.monotonic_ms()
             ready: dict[TP, FollowerFetchState] = {}
             for tp, rest_until in self.partitions.items():

@@ -26,6 +26,7 @@ from broker.controller_channel import (
     ControllerUnavailable,
 )
 from broker.metadata_publisher import LoaderManifest
+from broker.shutdownable import ShutdownableTask
 from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import Errors
 from metadata_log.controller_api import (
@@ -59,7 +60,6 @@ class BrokerLifecycleManager:
         self._rack = rack
         self._heartbeat_s = heartbeat_interval_ms / 1000
         self._clock = clock
-        self._task: asyncio.Task[None] | None = None
         self.metadata_offset = -1  # what every publisher has applied
         self.broker_epoch = -1
         self.fenced = True
@@ -70,19 +70,13 @@ class BrokerLifecycleManager:
         self._want_fence = True
         self._state_changed = asyncio.Event()  # any heartbeat answer or applied update
         self._heartbeat_now = asyncio.Event()
-        self._stopping = False
+        self._loop = ShutdownableTask("broker-heartbeats", self._run)
 
     def start(self) -> None:
-        self._stopping = False
-        self._task = asyncio.create_task(self._run(), name="broker-heartbeats")
+        self._loop.start()
 
     async def stop(self) -> None:
-        self._stopping = True  # (see LeaderFetcher.stop: a cancel alone can be swallowed)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        await self._loop.stop()
 
     # -- what the broker waits for -----------------------------------------------------------
 
@@ -148,7 +142,7 @@ class BrokerLifecycleManager:
 
     async def _run(self) -> None:
         backoff = BACKOFF_MIN_S
-        while not self._stopping:
+        while not self._loop.stopping:
             try:
                 if self.broker_epoch < 0:
                     await self._register()

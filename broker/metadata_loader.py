@@ -11,7 +11,6 @@ what every publisher has applied.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 import aiohttp
@@ -24,6 +23,7 @@ from broker.controller_channel import (
     ControllerUnavailable,
 )
 from broker.metadata_publisher import LoaderManifest, MetadataPublisher
+from broker.shutdownable import ShutdownableTask
 from common.clock import SYSTEM_CLOCK, Clock
 from metadata_log.controller_api import LogResponse
 from metadata_log.delta import MetadataDelta
@@ -47,27 +47,20 @@ class MetadataLoader:
         self._reader = channel.broker_id % len(channel.controllers)
         self.publishers: list[MetadataPublisher] = []  # in the order they see each update
         self.image = MetadataImage()
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
+        self._loop = ShutdownableTask("metadata-loader", self._follow_metadata)
 
     def start(self) -> None:
-        self._stopping = False
-        self._task = asyncio.create_task(self._follow_metadata(), name="metadata-loader")
+        self._loop.start()
 
     async def stop(self) -> None:
-        self._stopping = True  # (see LeaderFetcher.stop: a cancel alone can be swallowed)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        await self._loop.stop()
 
     async def _follow_metadata(self) -> None:
         need_snapshot = True  # first start: the snapshot is the quickest way to the present
         backoff = BACKOFF_MIN_S
         clock = self._clock
         last_records = clock.monotonic_ms()
-        while not self._stopping:
+        while not self._loop.stopping:
             base = self._channel.controllers[self._reader]
             try:
                 if need_snapshot:
