@@ -245,7 +245,7 @@ def _read(
             limit = min(item.max_bytes, budget)
             try:
                 if limit == item.max_bytes:
-                    r = rm.fetch(item, replica_id, isolation, found.get(item))
+                    r = rm.fetch(item, replica_id, isolation, found.get(item) if found else None)
                 else:
                     r = rm.fetch(dataclasses.replace(item, max_bytes=limit), replica_id, isolation)
             except Exception as e:  # storage errors carry their Kafka code

@@ -19,6 +19,23 @@ class ConfigError(ValueError):
     """A configuration value that cannot be used; the message names the property."""
 
 
+def parse_int(
+    name: str, value: str | int, minimum: int, maximum: int | None = None, shown: str | None = None
+) -> int:
+    """An integer config value within [minimum, maximum]: the one integer check of every
+    config (broker, controller, topic); `shown` is what to print of a bad value."""
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        bad = value if shown is None else shown
+        raise ConfigError(f"{name} must be an integer, got {bad!r}") from None
+    if n < minimum:
+        raise ConfigError(f"{name} must be >= {minimum}, got {n}")
+    if maximum is not None and n > maximum:
+        raise ConfigError(f"{name} must be <= {maximum}, got {n}")
+    return n
+
+
 def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
     """The subset of java.util.Properties that config files use: `#`/`!` comments,
     `key=value`, `key: value` or `key value`, backslash line continuations, and the
@@ -146,14 +163,7 @@ class Properties:
             if default is None:
                 raise ConfigError(f"{name} is required")
             return default
-        try:
-            value = int(text)
-        except ValueError:
-            shown = self._shown(name, text)
-            raise ConfigError(f"{name} must be an integer, got {shown!r}") from None
-        if not min <= value <= max:
-            raise ConfigError(f"{name} must be in [{min}, {max}], got {value}")
-        return value
+        return parse_int(name, text, min, max, self._shown(name, text))
 
     def get_bool(self, name: str, default: bool | None = None) -> bool:
         """`true` or `false`, in any case (Kafka's BOOLEAN type)."""

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from common.properties import INT_MAX, ConfigError
+from common.properties import INT_MAX, ConfigError, parse_int
 
 LONG_MAX = 2**63 - 1
 
@@ -84,18 +84,8 @@ class LogConfig:
         return cls.from_properties(topic)
 
 
-def _int(name: str, value: str | int, minimum: int) -> int:
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be an integer, got {value!r}") from None
-    if n < minimum:
-        raise ConfigError(f"{name} must be >= {minimum}, got {n}")
-    return n
-
-
 def _scaled(name: str, value: str | int, factor: int) -> int:
-    n = _int(name, value, -1)
+    n = parse_int(name, value, -1)
     return n if n < 0 else n * factor
 
 
@@ -126,10 +116,7 @@ def _ratio(name: str, value: str | int) -> float:
 
 def _bounded(minimum: int, maximum: int = LONG_MAX):
     def parse(name: str, value: str | int) -> int:
-        n = _int(name, value, minimum)
-        if n > maximum:
-            raise ConfigError(f"{name} must be <= {maximum}, got {n}")
-        return n
+        return parse_int(name, value, minimum, maximum)
 
     return parse
 

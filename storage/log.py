@@ -15,10 +15,10 @@ import bisect
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from common.clock import SYSTEM_CLOCK
 from storage.checkpoint import LEADER_EPOCH_CHECKPOINT, fsync_dir
 from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
@@ -53,10 +53,6 @@ from storage.segment import (
 log = logging.getLogger(__name__)
 
 
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class Log:
     def __init__(
         self,
@@ -66,7 +62,7 @@ class Log:
         recovery_point: int = 0,
         log_start_offset: int = 0,
         had_clean_shutdown: bool = False,
-        clock: Callable[[], int] = wall_clock_ms,
+        clock: Callable[[], int] = SYSTEM_CLOCK.wall_ms,
     ) -> None:
         self.dir = Path(directory)
         self.topic, self.partition = parse_topic_partition(self.dir.name)

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.clock import SYSTEM_CLOCK
 from storage.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -32,7 +33,7 @@ from storage.checkpoint import (
 )
 from storage.cleaner import CleanerStats, clean_log, plan_cleaning
 from storage.config import LogConfig
-from storage.log import Log, parse_topic_partition, wall_clock_ms
+from storage.log import Log, parse_topic_partition
 from storage.record_batch import RecordBatchError
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class LogManager:
         default_config: LogConfig | None = None,
         config: LogManagerConfig | None = None,
         *,
-        clock: Callable[[], int] = wall_clock_ms,
+        clock: Callable[[], int] = SYSTEM_CLOCK.wall_ms,
     ) -> None:
         if not log_dirs:
             raise ValueError("log.dirs must name at least one directory")

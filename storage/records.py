@@ -7,12 +7,12 @@ paths never come here: they work on whole batches (`storage.record_batch`).
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from crc32c import crc32c
 
+from common.clock import SYSTEM_CLOCK
 from common.varint import MalformedError, read_varint, write_varint
 from storage.compression import Compression, compress, decompress
 from storage.record_batch import (
@@ -82,7 +82,7 @@ def build_batch(
     if not records:
         raise ValueError("a record batch needs at least one record")
     if now_ms is None:
-        now_ms = int(time.time() * 1000)
+        now_ms = SYSTEM_CLOCK.wall_ms()
     stamps = [now_ms if r.timestamp is None else r.timestamp for r in records]
     attributes = int(compression)
     if log_append_time:

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from common.clock import SYSTEM_CLOCK
 from storage.checkpoint import read_offsets
 from storage.config import LogConfig
-from storage.log import Log, wall_clock_ms
+from storage.log import Log
 from storage.log_manager import CLEAN_SHUTDOWN_FILE, LogDirError, LogManager, LogManagerConfig
 from storage.record_batch import iter_batches
 from storage.records import Record, build_batch, decode_batch
@@ -69,7 +70,7 @@ def manager(
     dirs: list[Path],
     default_config: LogConfig | None = None,
     config: LogManagerConfig | None = None,
-    clock: Callable[[], int] = wall_clock_ms,
+    clock: Callable[[], int] = SYSTEM_CLOCK.wall_ms,
 ) -> LogManager:
     mgr = LogManager(dirs, default_config, config, clock=clock)
     mgr.startup()
