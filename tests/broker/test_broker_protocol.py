@@ -24,7 +24,7 @@ from broker.codec_schema import build, encode_uvarint
 from broker.runtime import FetchResult, ProduceResult
 from storage.records import Record, build_batch
 from storage.segment import FileSlice
-from tests.test_broker_wire import BrokerThread, RawClient, encode_request, wait_until
+from tests.broker.test_broker_wire import BrokerThread, RawClient, encode_request, wait_until
 
 
 @pytest.fixture

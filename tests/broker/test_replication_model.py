@@ -70,7 +70,7 @@ from metadata_log.records import ControllerEpochRecord, Endpoint, encode_batch
 from storage.config import LogConfig
 from storage.log import Log
 from storage.records import Record, build_batch
-from tests.replication_model_parts import (
+from tests.harness.replication_model_parts import (
     Ack,
     AlterReq,
     AlterResp,

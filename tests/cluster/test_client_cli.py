@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.test_clients_e2e import Cluster
-from tests.test_dev_cluster import ROOT, wait_until
+from tests.cluster.test_clients_e2e import Cluster
+from tests.cluster.test_dev_cluster import ROOT, wait_until
 
 
 @pytest.fixture(scope="module")

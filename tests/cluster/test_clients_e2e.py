@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_dev_cluster import READY, DevProcess, alive, node_pids, wait_until
+from tests.cluster.test_dev_cluster import READY, DevProcess, alive, node_pids, wait_until
 
 TOPIC = "e2e-clients"
 PARTITIONS = 6

@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster_procs import ProcCluster, wait_for
+from tests.harness.cluster_procs import ProcCluster, wait_for
 
 SESSION_MS = 6000
 HEARTBEAT_MS = 500

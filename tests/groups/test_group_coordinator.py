@@ -15,7 +15,7 @@ from broker.group.records import (
     encode_key,
     encode_offset_value,
 )
-from tests.group_harness import Harness
+from tests.harness.group_harness import Harness
 
 G = "g"
 

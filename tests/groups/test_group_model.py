@@ -26,7 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from broker.group import messages as m
 from broker.group.config import partition_for
 from broker.group.group import GroupState
-from tests.group_harness import Harness
+from tests.harness.group_harness import Harness
 
 G = "model-group"
 PARTITIONS = 6

@@ -15,8 +15,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.cluster_procs import ProcCluster, wait_for
-from tests.test_client_cli import free_port, kraft, ok, one_line_error
+from tests.cluster.test_client_cli import free_port, kraft, ok, one_line_error
+from tests.harness.cluster_procs import ProcCluster, wait_for
 
 BROKER_PROPS = {
     "offsets.topic.num.partitions": "6",  # fewer partitions to create and load

@@ -26,9 +26,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.index import load_request_schema
 
 from broker.codec_schema import build
-from tests.cluster_procs import ProcCluster, wait_for
-from tests.group_clients import Consumed, Member
-from tests.test_broker_wire import RawClient, encode_request
+from tests.broker.test_broker_wire import RawClient, encode_request
+from tests.harness.cluster_procs import ProcCluster, wait_for
+from tests.harness.group_clients import Consumed, Member
 
 PARTITIONS = 6
 BROKER_PROPS = {

@@ -18,7 +18,7 @@ from metadata_log.controller_api import AlterPartitionRequest, AlterPartitionRes
 from storage.log import Log
 
 if TYPE_CHECKING:
-    from tests.test_replication_model import ReplicationModel
+    from tests.broker.test_replication_model import ReplicationModel
 
 Entry = tuple[int, int, int]  # (base offset, leader epoch, value id) of a one-record batch
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster_procs import ProcCluster
+from tests.harness.cluster_procs import ProcCluster
 
 # Retention checked often (the retention test waits on it); sessions that notice a dead
 # broker in seconds (the leader-death tests).

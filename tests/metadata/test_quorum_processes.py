@@ -28,7 +28,7 @@ from kraft.quorum import Quorum
 from kraft.state_machine import AppendStatus
 from metadata_log.records import ControllerEpochRecord, NoOpRecord, encode_batch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "quorum-test-secret"
 T = TypeVar("T")
 

@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_jobs import export_parquet, key_counts
-from tests.cluster_procs import ProcCluster
-from tests.kafka_records import create_topic, produce
+from tests.harness.cluster_procs import ProcCluster
+from tests.harness.kafka_records import create_topic, produce
 
 TOPIC = "jobs-input"
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

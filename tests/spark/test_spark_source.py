@@ -23,7 +23,7 @@ from spark_jobs.options import EARLIEST, LATEST
 from spark_jobs.planner import OffsetRange
 from spark_jobs.range_reader import ReadSettings, read_range
 from spark_jobs.source import spark_schema
-from tests.cluster_procs import ProcCluster, wait_for
+from tests.harness.cluster_procs import ProcCluster, wait_for
 
 N = 100_000
 PARTITIONS = 6

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.cluster_procs import ProcCluster
-from tests.test_spark_source import create_topic, produce, value_of
+from tests.harness.cluster_procs import ProcCluster
+from tests.spark.test_spark_source import create_topic, produce, value_of
 
 
 class Batches:

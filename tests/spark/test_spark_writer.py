@@ -31,8 +31,8 @@ from pyspark.sql.types import (
 
 from spark_jobs.sink_task import KafkaWriteError, write_batches
 from spark_jobs.writer import KafkaSinkError, KraftWriter, plan_sink
-from tests.cluster_procs import ProcCluster
-from tests.kafka_records import Rec, create_topic, read_topic
+from tests.harness.cluster_procs import ProcCluster
+from tests.harness.kafka_records import Rec, create_topic, read_topic
 
 HEADERS = ArrayType(StructType([StructField("key", StringType()),
                                 StructField("value", BinaryType())]))

@@ -15,7 +15,7 @@ import pytest
 
 from storage.cleaner import CleanerStats
 from storage.log import Log
-from tests.test_log_cleaner import (
+from tests.storage.test_log_cleaner import (
     Clock,
     Rec,
     append,
