@@ -21,8 +21,16 @@ from crc32c import crc32c
 
 from broker.codec_schema import encode_uvarint
 from storage.records import Record, build_batch
-from tests.broker.test_broker_protocol import batch, fetch, produce, request
-from tests.broker.test_broker_wire import BrokerThread, RawClient, decode_response, encode_request
+from tests.harness.fake_broker import BrokerThread
+from tests.harness.raw_protocol import (
+    RawClient,
+    batch,
+    decode_response,
+    encode_request,
+    fetch,
+    produce,
+    request,
+)
 
 MAX_REQUEST = 104857600
 

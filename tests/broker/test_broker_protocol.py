@@ -15,16 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_response_schema
 from kio.serial import entity_reader
 
 from broker.apis import SUPPORTED_VERSIONS
 from broker.codec import encode_fetch_response, encode_produce_response
-from broker.codec_schema import build, encode_uvarint
+from broker.codec_schema import encode_uvarint
 from broker.runtime import FetchResult, ProduceResult
-from storage.records import Record, build_batch
 from storage.segment import FileSlice
-from tests.broker.test_broker_wire import BrokerThread, RawClient, encode_request, wait_until
+from tests.harness.fake_broker import BrokerThread, wait_until
+from tests.harness.raw_protocol import RawClient, batch, encode_request, fetch, produce, request
 
 
 @pytest.fixture
@@ -40,47 +40,6 @@ def client(broker: BrokerThread) -> Iterator[RawClient]:
     c = RawClient(broker.host, broker.port)
     yield c
     c.close()
-
-
-def request(api_key: int, version: int, data: dict[str, Any]) -> Any:
-    return build(load_request_schema(api_key, version), data)
-
-
-def batch(n: int = 3, size: int = 10, tag: str = "v") -> bytes:
-    values = [f"{tag}{i}".encode().ljust(size, b".") for i in range(n)]
-    return build_batch([Record(key=b"k", value=v, headers=()) for v in values])
-
-
-def produce(topic: str, partition: int, records: bytes | None, acks: int = 1, v: int = 9) -> Any:
-    data = [{"name": topic, "partition_data": [{"index": partition, "records": records}]}]
-    fields = {"transactional_id": None, "acks": acks, "timeout": 5000, "topic_data": data}
-    return request(0, v, fields)
-
-
-_FETCH_DEFAULTS = {"replica_id": -1, "isolation_level": 0, "session_epoch": -1, "rack_id": ""}
-_PARTITION_DEFAULTS = {"current_leader_epoch": -1, "last_fetched_epoch": -1, "log_start_offset": -1}
-
-
-def fetch(
-    parts: list[tuple[str, int, int, int]],
-    *,
-    v: int = 12,
-    max_wait: int = 0,
-    min_bytes: int = 1,
-    max_bytes: int = 50 << 20,
-    session_id: int = 0,
-    topic_ids: dict[str, uuid.UUID] | None = None,
-) -> Any:
-    """A Fetch request; v13+ names topics by id (`topic_ids`)."""
-    topics: dict[str, list[dict[str, Any]]] = {}
-    for topic, p, offset, pmax in parts:
-        part = {"partition": p, "fetch_offset": offset, "partition_max_bytes": pmax}
-        topics.setdefault(topic, []).append({**_PARTITION_DEFAULTS, **part})
-    ids = topic_ids or {}
-    data = [{"topic": t, "topic_id": ids.get(t), "partitions": ps} for t, ps in topics.items()]
-    limits = {"max_wait": max_wait, "min_bytes": min_bytes, "max_bytes": max_bytes}
-    fields = {**_FETCH_DEFAULTS, **limits, "session_id": session_id, "topics": data}
-    return request(1, v, {**fields, "forgotten_topics_data": []})
 
 
 def part_of(resp: Any, index: int = 0) -> Any:

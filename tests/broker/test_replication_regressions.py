@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.broker.test_replication_model import ReplicationModel
+from tests.harness.replication_model import ReplicationModel
 
 
 def replay(*steps: tuple[str, tuple[Any, ...]]) -> ReplicationModel:

@@ -15,7 +15,7 @@ from broker.apis import KafkaApis
 from broker.network import KafkaServer
 from broker.server import BrokerServer
 from metadata_log.records import PartitionChangeRecord, Record
-from tests.broker.test_replica_manager import (
+from tests.harness.replicas import (
     TID,
     TOPIC,
     Metadata,

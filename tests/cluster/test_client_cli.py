@@ -5,16 +5,13 @@ the end). Every wait is a condition under a deadline.
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 from collections import defaultdict
 from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.test_clients_e2e import Cluster
-from tests.cluster.test_dev_cluster import ROOT, wait_until
+from tests.harness.cli import free_port, kraft, ok, one_line_error
+from tests.harness.dev_cluster import Cluster, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -28,39 +25,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     finally:
         for d in c.procs:
             d.kill_everything()
-
-
-def kraft(*argv: str, stdin: str = "", timeout_s: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "kraft.cli", *argv],
-        cwd=ROOT,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
-
-
-def ok(proc: subprocess.CompletedProcess) -> str:
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
-
-
-def one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:
-    assert proc.returncode == 1, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    err = proc.stderr.strip()
-    assert "Traceback" not in err
-    assert len(err.splitlines()) == 1, err
-    for f in fragments:
-        assert f in err, err
-    return err
-
-
-def free_port() -> int:
-    """A port nobody listens on (bound then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def topic_names(bootstrap: str) -> list[str]:

@@ -17,12 +17,11 @@ import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.cluster.test_dev_cluster import READY, DevProcess, alive, node_pids, wait_until
+from tests.harness.dev_cluster import Cluster
 
 TOPIC = "e2e-clients"
 PARTITIONS = 6
@@ -33,30 +32,6 @@ TOTAL = N * len(CLIENTS)
 
 # A consumed record: (partition, offset, key, value, headers as a list of (str, bytes)).
 Rec = tuple[int, int, bytes | None, bytes, list[tuple[str, bytes]]]
-
-
-class Cluster:
-    def __init__(self, tmp: Path) -> None:
-        self.data = tmp / "data"
-        self.procs: list[DevProcess] = []
-        self.bootstrap = ""
-
-    @property
-    def current(self) -> DevProcess:
-        return self.procs[-1]
-
-    def start(self) -> None:
-        dev = DevProcess(self.data)
-        self.procs.append(dev)
-        dev.wait_for_line(READY, 90)
-        self.bootstrap = dev.wait_for_line("bootstrap servers:", 5).split(":", 1)[1].strip()
-
-    def stop(self, timeout_s: float = 45) -> None:
-        t0 = time.monotonic()
-        rc = self.current.stop(timeout_s)
-        assert rc == 0, f"kraft dev exited {rc}:\n" + "\n".join(self.current.lines[-30:])
-        assert time.monotonic() - t0 < timeout_s
-        wait_until(lambda: not [p for p in node_pids(self.data) if alive(p)], 10, "nodes exit")
 
 
 @pytest.fixture(scope="module")

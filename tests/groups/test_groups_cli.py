@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.cluster.test_client_cli import free_port, kraft, ok, one_line_error
+from tests.harness.cli import free_port, kraft, ok, one_line_error
 from tests.harness.cluster_procs import ProcCluster, wait_for
 
 BROKER_PROPS = {

@@ -26,9 +26,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.index import load_request_schema
 
 from broker.codec_schema import build
-from tests.broker.test_broker_wire import RawClient, encode_request
 from tests.harness.cluster_procs import ProcCluster, wait_for
 from tests.harness.group_clients import Consumed, Member
+from tests.harness.raw_protocol import RawClient, encode_request
 
 PARTITIONS = 6
 BROKER_PROPS = {

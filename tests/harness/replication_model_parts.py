@@ -1,12 +1,13 @@
-"""The pieces of tests/test_replication_model.py that are not rules: the messages on
-its network, the acks=all token, a broker's state as the model sees it."""
+"""The pieces of the replication model (tests/harness/replication_model.py) that are not
+rules: the messages on its network, the acks=all token, a broker's state as the model
+sees it. Nothing here imports the model: an ack reports to any `AckListener`."""
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from hypothesis import event as hypothesis_event
 from hypothesis.errors import InvalidArgument
@@ -15,11 +16,17 @@ from broker.fetcher import FollowerData, FollowerFetchState
 from broker.hosted import HostedPartition, log_headers
 from broker.partition import AlterIsr
 from metadata_log.controller_api import AlterPartitionRequest, AlterPartitionResponse
+from storage.config import LogConfig
 from storage.log import Log
 
-if TYPE_CHECKING:
-    from tests.broker.test_replication_model import ReplicationModel
-
+TOPIC = "model"
+TOPIC_ID = "00000000-0000-0000-0000-000000000001"
+BROKERS = (1, 2, 3)
+MIN_ISR = 2
+SESSION_MS = 9_000
+LAG_MS = 10_000
+LOG_CONFIG = LogConfig(segment_bytes=300)  # a few batches per segment: truncations cross them
+FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, NOT_LEADER = 74, 75, 6
 Entry = tuple[int, int, int]  # (base offset, leader epoch, value id) of a one-record batch
 
 
@@ -59,10 +66,16 @@ class AlterResp:
 Message = FetchReq | FetchResp | AlterReq | AlterResp
 
 
+class AckListener(Protocol):
+    """Who is told when an acks=all produce completes (the model)."""
+
+    def on_ack(self, ack: Ack, code: int) -> None: ...
+
+
 class Ack:
     """A pending acks=all produce: the core completes it like the broker's future."""
 
-    def __init__(self, machine: ReplicationModel, value_id: int, offset: int) -> None:
+    def __init__(self, machine: AckListener, value_id: int, offset: int) -> None:
         self.machine, self.value_id, self.offset = machine, value_id, offset
         self._done = False
 

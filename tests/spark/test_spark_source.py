@@ -9,14 +9,11 @@ here: whole topic, offsets by JSON, timestamps, `assign`, `subscribePattern`,
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, TopicPartition
 
 from spark_jobs.kafka_client import KafkaCallError, KafkaClient
 from spark_jobs.options import EARLIEST, LATEST
@@ -24,31 +21,18 @@ from spark_jobs.planner import OffsetRange
 from spark_jobs.range_reader import ReadSettings, read_range
 from spark_jobs.source import spark_schema
 from tests.harness.cluster_procs import ProcCluster, wait_for
+from tests.harness.indexed_records import (
+    BASE_TS,
+    create_topic,
+    headers_of,
+    key_of,
+    produce,
+    value_of,
+)
 
 N = 100_000
 PARTITIONS = 6
-# Recent enough for the default 7-day retention (old records would be deleted under us).
-BASE_TS = (int(time.time()) // 60 - 10) * 60_000
 TOPIC = "events"
-
-
-def key_of(i: int) -> bytes | None:
-    return None if i % 97 == 0 else f"k{i % 1000}".encode()
-
-
-def value_of(i: int) -> bytes:
-    return f"value-{i:08d}-".encode() + b"x" * (i % 40)
-
-
-def headers_of(i: int) -> list[tuple[str, bytes | None]]:
-    return [] if i % 5 == 0 else [("i", str(i).encode()), ("odd", None if i % 2 else b"even")]
-
-
-def create_topic(c: ProcCluster, name: str, partitions: int, config: dict | None = None,
-                 replication: int = 3) -> None:
-    admin = AdminClient({"bootstrap.servers": c.bootstrap})
-    admin.create_topics([NewTopic(name, partitions, replication, config=config or {})])[
-        name].result(30)
 
 
 def restart(c: ProcCluster, ids: list[int]) -> None:
@@ -57,31 +41,6 @@ def restart(c: ProcCluster, ids: list[int]) -> None:
     for b in ids:
         c.restart_broker(b)
     c.wait_brokers_unfenced(set(ids), int(state["metadata_offset"]), 60)
-
-
-def produce(
-    c: ProcCluster, topic: str, records: Iterator[tuple[int, int]], base_ts: int = BASE_TS,
-    batch_bytes: int = 1_000_000,
-) -> None:
-    """(index, partition) pairs; key, value, headers and timestamp come from the index."""
-    p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "enable.idempotence": True,
-                  "linger.ms": 5, "batch.size": batch_bytes})
-    failed: list[str] = []
-
-    def on_delivery(err: Any, _msg: Any) -> None:
-        if err is not None:
-            failed.append(str(err))
-
-    for i, part in records:
-        while True:
-            try:
-                p.produce(topic, value_of(i), key_of(i), partition=part, timestamp=base_ts + i,
-                          headers=headers_of(i), on_delivery=on_delivery)
-                break
-            except BufferError:
-                p.poll(0.1)
-    assert p.flush(60) == 0, "records left unacknowledged"
-    assert not failed, failed[:3]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness.cluster_procs import ProcCluster
-from tests.spark.test_spark_source import create_topic, produce, value_of
+from tests.harness.indexed_records import create_topic, produce, value_of
 
 
 class Batches:

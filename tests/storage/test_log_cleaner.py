@@ -11,81 +11,28 @@ from pathlib import Path
 import pytest
 
 from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offsets
-from storage.cleaner import CleanerStats, clean_log, plan_cleaning
+from storage.cleaner import clean_log, plan_cleaning
 from storage.compression import Compression
 from storage.config import LogConfig
 from storage.log import Log
 from storage.log_manager import LogManager, LogManagerConfig
 from storage.record_batch import DELETE_HORIZON_MASK, iter_batches
-from storage.records import Record, build_batch, decode_batch
+from storage.records import decode_batch
 from storage.segment import LogSegment
+from tests.harness.compaction import (
+    T0,
+    Clock,
+    Rec,
+    append,
+    clean,
+    compact_config,
+    latest,
+    new_log,
+    pairs_for,
+    read_all,
+)
 
-T0 = 1_700_000_000_000
 DAY = 86_400_000
-Rec = tuple[int, bytes | None, bytes | None]  # offset, key, value
-
-
-class Clock:
-    def __init__(self, now: int = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-
-def compact_config(**overrides: object) -> LogConfig:
-    base: dict[str, object] = {
-        "segment_bytes": 1024,
-        "cleanup_policy": "compact",
-        "min_cleanable_dirty_ratio": 0.0,
-        "index_interval_bytes": 100,
-    }
-    return LogConfig(**{**base, **overrides})  # type: ignore[arg-type]
-
-
-def new_log(path: Path, config: LogConfig | None = None, clock: Clock | None = None) -> Log:
-    return Log(path / "t-0", config or compact_config(), clock=clock or Clock())
-
-
-def append(
-    log: Log,
-    pairs: list[tuple[bytes | None, bytes | None]],
-    per_batch: int = 1,
-    codec: Compression = Compression.NONE,
-    epoch: int = 0,
-    **batch_args: object,
-) -> None:
-    for i in range(0, len(pairs), per_batch):
-        records = [Record(v, k, timestamp=T0 + i) for k, v in pairs[i : i + per_batch]]
-        log.append_as_leader(build_batch(records, compression=codec, **batch_args), epoch)  # type: ignore[arg-type]
-
-
-def read_all(log: Log, start: int | None = None, max_bytes: int = 1 << 20) -> list[Rec]:
-    """A consumer loop from `start` (the log start) to the LEO across gaps."""
-    offset = log.log_start_offset if start is None else start
-    out: list[Rec] = []
-    while offset < log.log_end_offset:
-        views = list(iter_batches(log.read(offset, max_bytes).read()))
-        if not views:
-            break
-        for v in views:
-            out += [
-                (r.offset, r.key, r.value) for r in decode_batch(v).records if r.offset >= offset
-            ]
-        offset = views[-1].next_offset
-    return out
-
-
-def latest(records: list[Rec]) -> dict[bytes | None, bytes | None]:
-    return {k: v for _o, k, v in records}
-
-
-def clean(log: Log, now: int = T0, upper_bound: int | None = None) -> CleanerStats:
-    return clean_log(plan_cleaning(log, log.cleaner_checkpoint, upper_bound, now), now)
-
-
-def pairs_for(n: int, keys: int, offset: int = 0) -> list[tuple[bytes | None, bytes | None]]:
-    return [(b"k%d" % (i % keys), b"v%d" % (i + offset)) for i in range(n)]
 
 
 def check_compacted(before: list[Rec], after: list[Rec], bound: int) -> None:

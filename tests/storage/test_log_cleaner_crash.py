@@ -4,76 +4,29 @@ and duplicates none; the cleaned files are durable before the swap commits."""
 
 from __future__ import annotations
 
-import os
-import pathlib
 import shutil
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from storage.cleaner import CleanerStats
 from storage.log import Log
-from tests.storage.test_log_cleaner import (
+from tests.harness.compaction import (
     Clock,
     Rec,
+    SimulatedCrash,
+    abandon,
     append,
     clean,
     compact_config,
+    crash_at,
     latest,
     pairs_for,
     read_all,
+    steps,
 )
 
 # -- crash safety of the swap ------------------------------------------------------------------
-
-
-class SimulatedCrash(Exception):
-    pass
-
-
-@contextmanager
-def crash_at(step: int | None) -> Iterator[list[str]]:
-    """Count renames and unlinks; raise at call number `step` (a process crash: nothing
-    after it happens). Yields the names of the calls made."""
-    calls: list[str] = []
-    real_replace, real_unlink = os.replace, pathlib.Path.unlink
-
-    def hook(name: str, real: Callable[..., object]) -> Callable[..., object]:
-        def wrapper(*args: object, **kwargs: object) -> object:
-            if step is not None and len(steps(calls)) == step:
-                raise SimulatedCrash(name)
-            calls.append(f"{name} {args[0]}")
-            return real(*args, **kwargs)
-
-        return wrapper
-
-    real_fsync = os.fsync
-
-    def fsync(fd: int) -> None:  # recorded, never a crash point
-        calls.append(f"fsync {os.readlink(f'/proc/self/fd/{fd}')}")
-        real_fsync(fd)
-
-    os.replace = hook("replace", real_replace)  # type: ignore[assignment]
-    pathlib.Path.unlink = hook("unlink", real_unlink)  # type: ignore[method-assign]
-    os.fsync = fsync
-    try:
-        yield calls
-    finally:
-        os.replace = real_replace
-        pathlib.Path.unlink = real_unlink  # type: ignore[method-assign]
-        os.fsync = real_fsync
-
-
-def steps(calls: list[str]) -> list[str]:
-    return [c for c in calls if not c.startswith("fsync")]
-
-
-def abandon(log: Log) -> None:
-    """What a crash leaves: no flush, no index write; just let the descriptors go."""
-    for seg in log.segments:
-        seg.file.close()
 
 
 def crash_fixture(path: Path) -> tuple[Log, CleanerStats | None]:

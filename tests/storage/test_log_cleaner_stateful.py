@@ -30,8 +30,7 @@ from storage.compression import Compression
 from storage.config import LogConfig
 from storage.log import Log
 from storage.records import Record, build_batch
-from tests.storage.test_log_cleaner import Clock, Rec, read_all
-from tests.storage.test_log_cleaner_crash import SimulatedCrash, abandon, crash_at, steps
+from tests.harness.compaction import Clock, Rec, SimulatedCrash, abandon, crash_at, read_all, steps
 
 KEYS = [b"k0", b"k1", b"k2", b"k3", b"k4", b"k5", None]
 
