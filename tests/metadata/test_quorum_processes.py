@@ -1,7 +1,7 @@
 """The controller quorum for real: three `python -m kraft.controller_main` processes on
 127.0.0.1 (free ports, data under tmp_path), driven over their HTTP API with aiohttp,
-and SIGKILLed. Plus the Quorum adapter in-process (three pysyncobj voters on one event
-loop) for what HTTP cannot reach: retries with the same (writer, seq), and stale epochs.
+and SIGKILLed. The Quorum adapter in-process is in test_quorum_adapter.py, the config
+file in test_controller_config.py.
 
 Every wait is a condition polled under a deadline; nothing sleeps to synchronise.
 """
@@ -11,55 +11,19 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 import pytest
 
-from kraft.controller_config import ConfigError, load_config
-from kraft.controller_main import main as controller_main
-from kraft.quorum import Quorum
-from kraft.state_machine import AppendStatus
-from metadata_log.records import ControllerEpochRecord, NoOpRecord, encode_batch
+from tests.harness.quorum_wait import PASSWORD, eventually, free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
-PASSWORD = "quorum-test-secret"
-T = TypeVar("T")
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[T | None]], timeout_s: float, what: str, interval_s: float = 0.05
-) -> T:
-    """Poll `probe` until it returns something other than None (or False)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = await probe()
-        if value is not None and value is not False:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(interval_s)
-
-
-# -- three controller processes ---------------------------------------------------------------
 
 
 class Cluster:
@@ -349,169 +313,3 @@ def test_sigkill_all_with_writes_in_flight_loses_no_acknowledged_write(cluster: 
             assert not missing, f"round {rnd}: acknowledged but lost: {sorted(missing)}"
 
     run(cluster, body)
-
-
-# -- the Quorum adapter in-process --------------------------------------------------------------
-
-
-async def start_quorums(root: Path) -> list[Quorum]:
-    ports = free_ports(3)
-    voters = {i + 1: ("127.0.0.1", p) for i, p in enumerate(ports)}
-    quorums = [Quorum(i, voters, root / f"q{i}", PASSWORD) for i in voters]
-    for q in quorums:
-        await q.start()
-    return quorums
-
-
-async def elected(quorums: list[Quorum]) -> Quorum:
-    async def leader() -> Quorum | None:
-        leaders = [q for q in quorums if q.is_leader]
-        if len(leaders) == 1 and all(q.leader_id == leaders[0].node_id for q in quorums):
-            return leaders[0]
-        return None
-
-    return await eventually(leader, 20, "a Raft leader")
-
-
-def test_quorum_retry_applies_once_and_stale_epoch_is_refused(tmp_path: Path) -> None:
-    async def main() -> None:
-        quorums = await start_quorums(tmp_path)
-        try:
-            leader = await elected(quorums)
-            follower = next(q for q in quorums if q is not leader)
-            term = leader.term
-            barrier = await leader.append(term, [ControllerEpochRecord(term, leader.node_id)])
-            assert barrier.status == AppendStatus.OK
-
-            # A retry (same writer and seq), here through a follower, is applied once.
-            batch = encode_batch([NoOpRecord(), NoOpRecord()])
-            first = await leader.append_raw(term, "client:1", 7, batch)
-            again = await follower.append_raw(term, "client:1", 7, batch)
-            both = await asyncio.gather(
-                leader.append_raw(term, "client:1", 7, batch),
-                follower.append_raw(term, "client:1", 7, batch),
-            )
-            assert first.status == AppendStatus.OK
-            assert again == first and all(r == first for r in both)
-            end = first.last_offset + 1
-            for q in quorums:
-                assert await q.wait_for_offset(end - 1, 5)
-                assert q.next_offset == end
-
-            # A stale controller epoch is refused, and so is an epoch with no barrier.
-            stale = await leader.append(term - 1, [NoOpRecord()])
-            assert stale.status == AppendStatus.STALE_CONTROLLER_EPOCH
-            old_barrier = await leader.append(term - 1, [ControllerEpochRecord(term - 1, 9)])
-            assert old_barrier.status == AppendStatus.STALE_CONTROLLER_EPOCH
-            no_barrier = await leader.append(term + 1, [NoOpRecord()])
-            assert no_barrier.status == AppendStatus.STALE_CONTROLLER_EPOCH
-            assert all(q.next_offset == end for q in quorums)
-
-            # wait_for_offset long-polls: it wakes on the apply, and times out otherwise.
-            waiter = asyncio.create_task(follower.wait_for_offset(end, 10))
-            assert (await leader.append(term, [NoOpRecord()])).status == AppendStatus.OK
-            assert await asyncio.wait_for(waiter, 5)
-            assert not await follower.wait_for_offset(end + 100, 0.2)
-            assert [r for _, r in follower.records_from(0, 100)] == [
-                r for _, r in leader.records_from(0, 100)
-            ]
-        finally:
-            for q in quorums:
-                await q.stop()
-
-    asyncio.run(main())
-
-
-def test_quorum_state_survives_compaction_and_a_lone_restart(tmp_path: Path) -> None:
-    """pysyncobj snapshots only the consumer attributes set after its __init__: check the
-    state machine is in the dump (the journal before it is gone after compaction)."""
-
-    async def main() -> None:
-        quorums = await start_quorums(tmp_path)
-        try:
-            leader = await elected(quorums)
-            term = leader.term
-            await leader.append(term, [ControllerEpochRecord(term, leader.node_id)])
-            for _ in range(50):
-                assert (await leader.append(term, [NoOpRecord()])).status == AppendStatus.OK
-            end = leader.next_offset
-            q = next(q for q in quorums if q is not leader)
-            assert await q.wait_for_offset(end - 1, 5)
-            size_before = q.raft_log_size
-            q.force_compaction()
-            await eventually(
-                lambda: asyncio.sleep(0, q.raft_log_size < size_before), 10, "compaction"
-            )
-            expected = q.records_from(0, 1000)
-            image = q.image()
-        finally:
-            for x in quorums:
-                await x.stop()
-        # Alone (no quorum, no leader), it restores the dump plus the committed journal.
-        alone = Quorum(q.node_id, q.voters, q.data_dir, PASSWORD)
-        await alone.start()
-        try:
-            await eventually(
-                lambda: asyncio.sleep(0, alone.next_offset == end), 10, "the restored state"
-            )
-            assert alone.records_from(0, 1000) == expected
-            assert alone.image() == image
-        finally:
-            await alone.stop()
-
-    asyncio.run(main())
-
-
-# -- configuration ------------------------------------------------------------------------------
-
-BASE = [
-    "process.roles=controller",
-    "node.id=1",
-    "controller.quorum.voters=1@127.0.0.1:19091,2@127.0.0.1:19092",
-    "controller.quorum.http.endpoints=1@127.0.0.1:19191,2@127.0.0.1:19192",
-    "metadata.log.dir=/tmp/unused",
-    "controller.quorum.password=p",
-]
-
-
-def test_config_overrides_and_defaults(tmp_path: Path) -> None:
-    path = tmp_path / "c.properties"
-    path.write_text(
-        "\n".join(BASE) + "\nnum.partitions = 3\nlisteners=CONTROLLER://0.0.0.0:19191\n"
-    )
-    cfg = load_config(path, ["num.partitions=6", "broker.session.timeout.ms=1000"])
-    assert (cfg.num_partitions, cfg.session_timeout_ms, cfg.default_replication_factor) == (
-        6,
-        1000,
-        1,
-    )
-    assert cfg.listener == ("0.0.0.0", 19191) and cfg.http_address(2) == "127.0.0.1:19192"
-    assert cfg.max_retained_records == 50_000
-    assert cfg.controller_config().num_partitions == 6
-
-
-@pytest.mark.parametrize(
-    ("override", "names"),
-    [
-        ("node.id=x", "node.id"),
-        ("process.roles=broker", "process.roles"),
-        ("controller.quorum.voters=1@nohost", "controller.quorum.voters"),
-        ("controller.quorum.http.endpoints=1@127.0.0.1:1", "controller.quorum.http.endpoints"),
-        ("controller.quorum.password=", "controller.quorum.password"),
-        ("listeners=CONTROLLER://127.0.0.1:1", "listeners"),
-        ("num.partitions=0", "num.partitions"),
-        ("metadata.max.retained.records=many", "metadata.max.retained.records"),
-    ],
-)
-def test_config_errors_name_the_property(override: str, names: str) -> None:
-    with pytest.raises(ConfigError, match=names.replace(".", r"\.")):
-        load_config(None, [*BASE, override])
-
-
-def test_main_reports_bad_config_and_exits_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    path = tmp_path / "c.properties"
-    path.write_text("\n".join(BASE[1:]))  # no process.roles
-    assert controller_main(["--config", str(path)]) == 2
-    assert "process.roles is required" in capsys.readouterr().err
