@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
-import struct
 import subprocess
 import time
 from collections import defaultdict
@@ -22,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.harness.dev_cluster import Cluster
+from tests.harness.raw_protocol import kafka_python_roundtrip
 
 TOPIC = "e2e-clients"
 PARTITIONS = 6
@@ -400,28 +399,6 @@ def test_restart_keeps_topic_and_messages(cluster: Cluster) -> None:
 # -- 5. a retried idempotent batch is written once -----------------------------------------
 
 
-def _roundtrip(addr: str, request: Any, response_cls: Any, correlation_id: int) -> Any:
-    host, port = addr.rsplit(":", 1)
-    request.with_header(correlation_id=correlation_id, client_id="e2e-raw")
-    with socket.create_connection((host, int(port)), timeout=15) as s:
-        s.sendall(request.encode(header=True, framed=True))
-        size = struct.unpack(">i", _recv_exact(s, 4))[0]
-        body = _recv_exact(s, size)
-    (cid,) = struct.unpack(">i", body[:4])
-    assert cid == correlation_id
-    return response_cls.decode(body[4:])
-
-
-def _recv_exact(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise AssertionError(f"connection closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return bytes(buf)
-
-
 def test_retried_idempotent_batch_is_not_written_twice(cluster: Cluster) -> None:
     from confluent_kafka import Consumer, TopicPartition
     from kafka.protocol.old.init_producer_id import (
@@ -437,7 +414,7 @@ def test_retried_idempotent_batch_is_not_written_twice(cluster: Cluster) -> None
     b = md.brokers[leader]
     leader_addr = f"{b.host}:{b.port}"
 
-    init = _roundtrip(
+    init = kafka_python_roundtrip(
         cluster.bootstrap.split(",")[0],
         InitProducerIdRequest_v1(transactional_id=None, transaction_timeout_ms=60000),
         InitProducerIdResponse_v1,
@@ -473,7 +450,7 @@ def test_retried_idempotent_batch_is_not_written_twice(cluster: Cluster) -> None
                 timeout_ms=15000,
                 topic_data=[(TOPIC, [(part, batch)])],
             )
-            resp = _roundtrip(leader_addr, req, ProduceResponse_v8, 10 + attempt)
+            resp = kafka_python_roundtrip(leader_addr, req, ProduceResponse_v8, 10 + attempt)
             ((name, ((index, err, base_offset, *_rest),)),) = [
                 (t[0], [tuple(pr) for pr in t[1]]) for t in resp.responses
             ]

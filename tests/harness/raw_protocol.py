@@ -1,10 +1,12 @@
 """Kafka requests by hand: kio-encoded frames, a blocking raw socket client, and builders
-for the requests the broker tests send most (Produce, Fetch).
+for the requests the broker tests send most (Produce, Fetch), and a one-shot round trip
+for requests built with kafka-python's protocol classes.
 """
 
 from __future__ import annotations
 
 import io
+import socket
 import struct
 import uuid
 from typing import Any
@@ -131,3 +133,26 @@ def fetch(
     limits = {"max_wait": max_wait, "min_bytes": min_bytes, "max_bytes": max_bytes}
     fields = {**_FETCH_DEFAULTS, **limits, "session_id": session_id, "topics": data}
     return request(1, v, {**fields, "forgotten_topics_data": []})
+
+
+def kafka_python_roundtrip(addr: str, request: Any, response_cls: Any, correlation_id: int) -> Any:
+    """One request built with kafka-python's protocol classes, on its own connection."""
+    host, port = addr.rsplit(":", 1)
+    request.with_header(correlation_id=correlation_id, client_id="e2e-raw")
+    with socket.create_connection((host, int(port)), timeout=15) as s:
+        s.sendall(request.encode(header=True, framed=True))
+        size = struct.unpack(">i", recv_exact(s, 4))[0]
+        body = recv_exact(s, size)
+    (cid,) = struct.unpack(">i", body[:4])
+    assert cid == correlation_id
+    return response_cls.decode(body[4:])
+
+
+def recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise AssertionError(f"connection closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
