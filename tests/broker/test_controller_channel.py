@@ -4,7 +4,7 @@ The fakes share one metadata log, as real controllers do, and each can be told t
 active controller, a follower that redirects (307) or one that knows no leader (503),
 or to have trimmed its log (410). What is under test is the broker side: registration,
 heartbeats, following the log from a snapshot, failover between controllers, retries.
-Real controller processes are exercised by tests/test_dev_cluster.py.
+Real controller processes are exercised by tests/cluster/test_dev_cluster.py.
 """
 
 from __future__ import annotations

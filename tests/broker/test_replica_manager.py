@@ -3,7 +3,7 @@
 Metadata updates are built from real records with `MetadataDelta` (no controller);
 logs are real `storage.log.Log`s under tmp_path. The pure cores (`Partition`,
 `ProducerStateManager`) are driven directly. Replication over the wire between two
-brokers is in tests/test_replication_wire.py.
+brokers is in tests/broker/test_replication_wire.py.
 
 Every wait has a deadline; nothing sleeps to synchronise.
 """

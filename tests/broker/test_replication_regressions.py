@@ -1,4 +1,4 @@
-"""Every failure tests/test_replication_model.py found, frozen as a plain test: each
+"""Every failure tests/broker/test_replication_model.py found, frozen as a plain test: each
 replays the shrunk steps on the model and checks every invariant, then heals."""
 
 from __future__ import annotations

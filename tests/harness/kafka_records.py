@@ -27,7 +27,7 @@ class Rec:
 
 
 # Kept forever: the tests' records carry fixed timestamps from 2024, and the shared Spark
-# cluster checks retention every 200 ms (tests/spark_session.py), which would delete them
+# cluster checks retention every 200 ms (tests/harness/spark_session.py), which would delete them
 # under the default 7 days.
 KEEP = {"retention.ms": "-1"}
 

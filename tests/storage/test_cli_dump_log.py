@@ -167,7 +167,7 @@ def test_dev_and_broker_take_their_own_options(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # `kraft dev` and `kraft broker` are wired to kraft/dev.py and broker/main.py; running
-    # them is tested in tests/test_dev_cluster.py. Here: their options reach them.
+    # them is tested in tests/cluster/test_dev_cluster.py. Here: their options reach them.
     with pytest.raises(SystemExit) as exc:
         main(["dev", "--help"])
     assert exc.value.code == 0

@@ -204,7 +204,7 @@ def test_log_append_time_stamps_batches_and_keeps_crc_valid(tmp_path: Path) -> N
 def test_truncating_at_the_leo_drops_an_epoch_started_there(tmp_path: Path) -> None:
     """A leader that started epoch 1 at its LEO and appended nothing, then follows: the
     new leader's divergence answer truncates to the LEO, which removes no batch but must
-    remove epoch 1 (found by tests/test_replication_model.py; Kafka does the same)."""
+    remove epoch 1 (found by tests/broker/test_replication_model.py; Kafka does the same)."""
     log = Log(tmp_path / "t-0")
     log.append_as_leader(batch(b"a"), 0)
     log.leader_epoch_cache.assign(1, log.log_end_offset)
@@ -218,7 +218,7 @@ def test_truncating_at_the_leo_drops_an_epoch_started_there(tmp_path: Path) -> N
 def test_truncating_an_emptied_log_at_its_leo_keeps_its_epoch(tmp_path: Path) -> None:
     """All records deleted (start == LEO == 7): the epoch entry moved to 7 stands for
     the deleted records and stays when a truncation to the LEO comes (found by
-    tests/test_log_stateful.py after the change above)."""
+    tests/storage/test_log_stateful.py after the change above)."""
     log = Log(tmp_path / "t-0")
     log.append_as_leader(batch(b"a", n=2), 0)
     log.append_as_leader(batch(b"b", n=5), 0)
