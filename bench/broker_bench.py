@@ -105,7 +105,7 @@ class Cluster:
         self.data_dir.mkdir(parents=True)
         self.log_path = scratch / f"kraft-dev-{brokers}b.out"
         kraft = Path(sys.executable).parent / "kraft"
-        cmd = [str(kraft)] if kraft.exists() else [sys.executable, "-m", "kraft.cli"]
+        cmd = [str(kraft)] if kraft.exists() else [sys.executable, "-m", "kraft.tools.cli"]
         cmd += ["dev", "--data-dir", str(self.data_dir), "--brokers", str(brokers)]
         cmd += ["--base-port", "0", "--timeout", str(timeout_s)]
         self.command = " ".join(cmd[-8:])

@@ -3,8 +3,9 @@
     python -m bench.controller_bench [--clients 1,8,32] [--duration 4] [--latency-writes 5000]
                                      [--failovers 5] [--out bench/results/controller.json]
 
-Three `python -m kraft.controller_main` processes on 127.0.0.1 (kraft/launcher.py: free
-ports, data and logs in a scratch directory), driven with aiohttp from this process.
+Three `python -m kraft.controller_main` processes on 127.0.0.1
+(kraft/tools/local_cluster.py: free ports, data and logs in a scratch directory), driven
+with aiohttp from this process.
 
 The write: `POST /v1/configs` setting one broker config at cluster level
 ({"resource_type": 4, "resource_name": "", "set": {"bench.client.<k>": "<n>"}}). The
@@ -47,14 +48,14 @@ from typing import Any
 import aiohttp
 
 from bench.storage_bench import filesystem_of, write_results
-from kraft.launcher import (
-    ControllerProcess,
+from kraft.tools.launcher import (
     LauncherError,
-    start_controllers,
-    stop_controllers,
+    NodeProcess,
+    stop_nodes,
     wait_for_active,
     wait_until_caught_up,
 )
+from kraft.tools.local_cluster import start_controllers
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "bench" / "results" / "controller.json"
@@ -191,7 +192,7 @@ async def sequential_latency(
 
 
 async def failover_round(
-    session: aiohttp.ClientSession, controllers: list[ControllerProcess], rnd: int
+    session: aiohttp.ClientSession, controllers: list[NodeProcess], rnd: int
 ) -> dict[str, Any]:
     active = await asyncio.to_thread(wait_for_active, controllers, 30.0)
     survivors = [c for c in controllers if c is not active]
@@ -204,7 +205,7 @@ async def failover_round(
     while acked_at is None and time.perf_counter() < deadline:
         for c in survivors:
             attempts += 1
-            if await post_write(session, c.http_address, body, FAILOVER_REQUEST_TIMEOUT_S):
+            if await post_write(session, c.address, body, FAILOVER_REQUEST_TIMEOUT_S):
                 acked_at = time.perf_counter()
                 break
         else:
@@ -228,12 +229,12 @@ async def failover_round(
 # -- driver -----------------------------------------------------------------------------------
 
 
-async def run_all(controllers: list[ControllerProcess], args: argparse.Namespace) -> dict[str, Any]:
+async def run_all(controllers: list[NodeProcess], args: argparse.Namespace) -> dict[str, Any]:
     # One keep-alive connection per client; no connection limit below the client count.
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
         active = await asyncio.to_thread(wait_for_active, controllers, 30.0)
-        address = active.http_address
+        address = active.address
         rows = []
         for clients in args.clients:
             row = await throughput(session, address, clients, args.duration, args.warmup)
@@ -337,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         f"[{filesystem or 'unknown filesystem'}]\nwrite: {WRITE_DESCRIPTION}",
         flush=True,
     )
-    controllers: list[ControllerProcess] = []
+    controllers: list[NodeProcess] = []
     try:
         # No brokers: nothing to fence. Long sessions anyway, so no tick ever writes.
         controllers = start_controllers(
@@ -349,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"controller bench failed: {exc}", file=sys.stderr)
         return 1
     finally:
-        stop_controllers(controllers)
+        stop_nodes(controllers)
         if args.keep:
             print(f"kept {scratch}")
         else:

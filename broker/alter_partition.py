@@ -16,7 +16,8 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from broker.hosted import HostedPartition, finish_acks
 from broker.partition import AlterIsr
-from metadata_log.controller_api import AlterPartitionRequest, AlterPartitionResponse, Errors
+from common.errors import Errors
+from metadata_log.controller_api import AlterPartitionRequest, AlterPartitionResponse
 
 log = logging.getLogger("broker.alter_partition")
 
@@ -45,8 +46,6 @@ class AlterPartitionManager:
         self._send = send
         self._broker_epoch = broker_epoch
         self._tasks: set[asyncio.Task[None]] = set()
-        self.sent = 0
-        self.failed = 0
 
     def submit(self, topic_id: str, partition: int, alter: AlterIsr, on_answer: OnAnswer) -> None:
         req = alter_partition_request(
@@ -57,7 +56,6 @@ class AlterPartitionManager:
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, req: AlterPartitionRequest, alter: AlterIsr, on_answer: OnAnswer) -> None:
-        self.sent += 1
         try:
             resp = await self._send(req)
         except asyncio.CancelledError:
@@ -66,7 +64,6 @@ class AlterPartitionManager:
             code = getattr(exc, "error_code", Errors.REQUEST_TIMED_OUT)
             resp = AlterPartitionResponse(code, error_message=str(exc))
         if resp.error_code != Errors.NONE:
-            self.failed += 1
             log.info(
                 "AlterPartition %s-%d isr=%s failed: error %d %s",
                 req.topic_id,

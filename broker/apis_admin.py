@@ -2,32 +2,29 @@
 DescribeCluster, DescribeConfigs. Responses are described as plain data for every
 version and encoded with kio (`codec.encode_response` keeps the fields a version has).
 
-Admin writes go to the active controller through the runtime; the image they change
-arrives later through the metadata log, so a Metadata request right after CreateTopics
-may still say LEADER_NOT_AVAILABLE, as with Kafka.
+Admin writes go to the active controller through the admin facade (`broker.admin`); the
+image they change arrives later through the metadata log, so a Metadata request right
+after CreateTopics may still say LEADER_NOT_AVAILABLE, as with Kafka.
 """
 
 from __future__ import annotations
 
 import logging
-import random
-import re
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from broker.apis_common import (
-    INTERNAL_TOPICS,
-    INVALID_REQUEST,
-    INVALID_TOPIC_EXCEPTION,
-    LEADER_NOT_AVAILABLE,
-    MISMATCHED_ENDPOINT_TYPE,
-    TOPIC_ALREADY_EXISTS,
-    UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
+    NO_AUTHORIZED_OPERATIONS,
+    ApiHandler,
+    BrokerApis,
     Response,
+    answer,
 )
-from broker.codec import RequestHeader, encode_response
+from broker.codec import RequestHeader
 from broker.codec_schema import topic_uuid
+from common.api_keys import ApiKey
+from common.errors import Errors
+from common.topics import INTERNAL_TOPICS, is_valid_name
 from metadata_log.controller_api import (
     CreatableTopic,
     CreatePartitionsRequest,
@@ -37,28 +34,17 @@ from metadata_log.controller_api import (
 )
 from metadata_log.image import MetadataImage
 
-if TYPE_CHECKING:
-    from broker.apis import KafkaApis
-
 log = logging.getLogger(__name__)
 
-NO_AUTHORIZED_OPERATIONS = -(2**31)  # Kafka's "not requested" value
-INVALID_PARTITIONS = 37
-INVALID_REPLICATION_FACTOR = 38
-_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 # DescribeConfigs config_source values
 _TOPIC_CONFIG, _STATIC_BROKER_CONFIG, _DEFAULT_CONFIG = 1, 4, 5
 
 
-def valid_topic_name(name: str | None) -> bool:
-    return name is not None and name not in (".", "..") and bool(_LEGAL_TOPIC.fullmatch(name))
-
-
-def _brokers(apis: KafkaApis, image: MetadataImage) -> list[dict[str, Any]]:
+def _brokers(apis: BrokerApis, image: MetadataImage) -> list[dict[str, Any]]:
     """Unfenced brokers with an endpoint on this listener."""
     out = []
     for b in image.live_brokers():
-        ep = apis.runtime.advertised_endpoint(b.broker_id)
+        ep = apis.advertised_endpoint(b.broker_id)
         if ep is not None:
             out.append(
                 {
@@ -72,19 +58,20 @@ def _brokers(apis: KafkaApis, image: MetadataImage) -> list[dict[str, Any]]:
     return out
 
 
-def _controller_id(brokers: list[dict[str, Any]]) -> int:
-    # KRaft brokers tell clients a random live broker is "the controller": clients send
-    # admin requests there and any broker forwards them to the active controller.
-    return random.choice(brokers)["node_id"] if brokers else -1
+def _controller_id(brokers: list[dict[str, Any]], correlation_id: int) -> int:
+    # KRaft brokers tell clients some live broker is "the controller" (Kafka picks one at
+    # random): clients send admin requests there and any broker forwards them to the
+    # active controller. Spread by the request's correlation id instead of a random
+    # draw, so an answer is a function of its request (no hidden randomness to seed).
+    return brokers[correlation_id % len(brokers)]["node_id"] if brokers else -1
 
 
 # -- Metadata --------------------------------------------------------------------------------
 
 
-async def handle_metadata(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
-    rt = apis.runtime
+async def handle_metadata(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     v = header.api_version
-    image = rt.image()
+    image = apis.image()
     brokers = _brokers(apis, image)
     live = {b["node_id"] for b in brokers}
     topics: list[dict[str, Any]] = []
@@ -93,7 +80,7 @@ async def handle_metadata(apis: KafkaApis, header: RequestHeader, body: Any) -> 
             topics.append(_describe_topic(image, name, live, v))
     else:
         auto = bool(getattr(body, "allow_auto_topic_creation", True)) and bool(
-            getattr(rt, "auto_create_topics_enable", False)
+            apis.admin.auto_create_topics_enable
         )
         to_create: list[dict[str, Any]] = []
         seen: set[str] = set()
@@ -103,32 +90,31 @@ async def handle_metadata(apis: KafkaApis, header: RequestHeader, body: Any) -> 
                 tid = getattr(t, "topic_id", None)
                 name = apis.topic_name_by_id(tid) if tid is not None else None
                 if name is None:
-                    topics.append(_topic_error(UNKNOWN_TOPIC_ID, None, tid))
+                    topics.append(_topic_error(Errors.UNKNOWN_TOPIC_ID, None, tid))
                     continue
             if name in seen:
                 continue
             seen.add(name)
             if image.topic_by_name(name) is not None:
                 topics.append(_describe_topic(image, name, live, v))
-            elif not valid_topic_name(name):
-                topics.append(_topic_error(INVALID_TOPIC_EXCEPTION, name))
+            elif not is_valid_name(name):
+                topics.append(_topic_error(Errors.INVALID_TOPIC_EXCEPTION, name))
             elif auto:
-                entry = _topic_error(LEADER_NOT_AVAILABLE, name)
+                entry = _topic_error(Errors.LEADER_NOT_AVAILABLE, name)
                 topics.append(entry)
                 to_create.append(entry)
             else:
-                topics.append(_topic_error(UNKNOWN_TOPIC_OR_PARTITION, name))
+                topics.append(_topic_error(Errors.UNKNOWN_TOPIC_OR_PARTITION, name))
         if to_create:
             await _auto_create(apis, to_create)
-    return encode_response(
-        3,
-        v,
-        header.correlation_id,
+    return answer(
+        ApiKey.METADATA,
+        header,
         {
             "throttle_time": 0,
             "brokers": brokers,
-            "cluster_id": rt.cluster_id,
-            "controller_id": _controller_id(brokers),
+            "cluster_id": apis.cluster_id,
+            "controller_id": _controller_id(brokers, header.correlation_id),
             "topics": topics,
             "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
         },
@@ -158,7 +144,7 @@ def _describe_topic(image: MetadataImage, name: str, live: set[int], v: int) -> 
             isr = [r for r in isr if r in live]
         partitions.append(
             {
-                "error_code": 0 if leader_ok else LEADER_NOT_AVAILABLE,
+                "error_code": Errors.NONE if leader_ok else Errors.LEADER_NOT_AVAILABLE,
                 "partition_index": index,
                 "leader_id": p.leader if leader_ok else -1,
                 "leader_epoch": p.leader_epoch,
@@ -168,7 +154,7 @@ def _describe_topic(image: MetadataImage, name: str, live: set[int], v: int) -> 
             }
         )
     return {
-        "error_code": 0,
+        "error_code": Errors.NONE,
         "name": name,
         "topic_id": topic_uuid(topic.topic_id),
         "is_internal": name in INTERNAL_TOPICS,
@@ -177,26 +163,26 @@ def _describe_topic(image: MetadataImage, name: str, live: set[int], v: int) -> 
     }
 
 
-async def _auto_create(apis: KafkaApis, entries: list[dict[str, Any]]) -> None:
+async def _auto_create(apis: BrokerApis, entries: list[dict[str, Any]]) -> None:
     """`auto.create.topics.enable`: create with the defaults; the answer stays
-    LEADER_NOT_AVAILABLE (clients retry) unless the controller refused the topic."""
+    Errors.LEADER_NOT_AVAILABLE (clients retry) unless the controller refused the topic."""
     req = CreateTopicsRequest(topics=[CreatableTopic(name=e["name"]) for e in entries])
     try:
-        resp = await apis.runtime.create_topics(req)
+        resp = await apis.admin.create_topics(req)
     except Exception:
         log.exception("auto-creating %d topics failed", len(entries))
         return
     codes = {r.name: r.error_code for r in resp.topics}
     for e in entries:
-        code = codes.get(e["name"], LEADER_NOT_AVAILABLE)
-        if code not in (0, TOPIC_ALREADY_EXISTS):
+        code = codes.get(e["name"], Errors.LEADER_NOT_AVAILABLE)
+        if code not in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS):
             e["error_code"] = code
 
 
 # -- CreateTopics, DeleteTopics, CreatePartitions --------------------------------------------
 
 
-async def handle_create_topics(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+async def handle_create_topics(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     counts = Counter(t.name for t in body.topics)
     results: dict[str, dict[str, Any]] = {}
     forward: list[CreatableTopic] = []
@@ -218,7 +204,7 @@ async def handle_create_topics(apis: KafkaApis, header: RequestHeader, body: Any
             )
         )
     if forward:
-        resp = await apis.runtime.create_topics(
+        resp = await apis.admin.create_topics(
             CreateTopicsRequest(topics=forward, validate_only=getattr(body, "validate_only", False))
         )
         for r in resp.topics:
@@ -235,7 +221,7 @@ async def handle_create_topics(apis: KafkaApis, header: RequestHeader, body: Any
         if not entry:  # the controller did not mention it
             entry = {
                 "name": name,
-                "error_code": INVALID_REQUEST,
+                "error_code": Errors.INVALID_REQUEST,
                 "error_message": "no answer from the controller",
             }
         topics.append(
@@ -248,22 +234,21 @@ async def handle_create_topics(apis: KafkaApis, header: RequestHeader, body: Any
                 **entry,
             }
         )
-    return encode_response(
-        19, header.api_version, header.correlation_id, {"throttle_time": 0, "topics": topics}
-    )
+    return answer(ApiKey.CREATE_TOPICS, header, {"throttle_time": 0, "topics": topics})
 
 
 def _check_creatable(t: Any, count: int) -> tuple[int, str] | None:
     """What would break the controller API's bounds, answered here so one bad topic
     does not fail the others of the request."""
     if count > 1:
-        return INVALID_REQUEST, f"topic {t.name!r} appears {count} times in the request"
-    if not valid_topic_name(t.name):
-        return INVALID_TOPIC_EXCEPTION, f"illegal topic name {t.name!r}"
+        return Errors.INVALID_REQUEST, f"topic {t.name!r} appears {count} times in the request"
+    if not is_valid_name(t.name):
+        return Errors.INVALID_TOPIC_EXCEPTION, f"illegal topic name {t.name!r}"
     if not (t.num_partitions == -1 or 1 <= t.num_partitions <= 100_000):
-        return INVALID_PARTITIONS, f"number of partitions {t.num_partitions} is out of range"
+        return Errors.INVALID_PARTITIONS, f"number of partitions {t.num_partitions} is out of range"
     if not (t.replication_factor == -1 or t.replication_factor >= 1):
-        return INVALID_REPLICATION_FACTOR, f"replication factor {t.replication_factor} is invalid"
+        why = f"replication factor {t.replication_factor} is invalid"
+        return Errors.INVALID_REPLICATION_FACTOR, why
     return None
 
 
@@ -280,15 +265,13 @@ def create_topics_error(header: RequestHeader, body: Any, code: int) -> Response
         }
         for n in dict.fromkeys(t.name for t in body.topics)
     ]
-    return encode_response(
-        19, header.api_version, header.correlation_id, {"throttle_time": 0, "topics": topics}
-    )
+    return answer(ApiKey.CREATE_TOPICS, header, {"throttle_time": 0, "topics": topics})
 
 
-def _delete_targets(apis: KafkaApis, body: Any) -> list[tuple[str | None, Any]]:
+def _delete_targets(apis: BrokerApis, body: Any) -> list[tuple[str | None, Any]]:
     """(name, topic id) of each topic named in a DeleteTopics request (v1-5 by name,
     v6 by name or id), duplicates dropped."""
-    image = apis.runtime.image()
+    image = apis.image()
     if hasattr(body, "topic_names"):
         pairs = [(n, None) for n in body.topic_names]
     else:
@@ -302,24 +285,23 @@ def _delete_targets(apis: KafkaApis, body: Any) -> list[tuple[str | None, Any]]:
     return out
 
 
-async def handle_delete_topics(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+async def handle_delete_topics(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     targets = _delete_targets(apis, body)
     names = list(dict.fromkeys(n for n, _ in targets if n is not None))
     codes: dict[str, tuple[int, str | None]] = {}
     if names:
-        resp = await apis.runtime.delete_topics(DeleteTopicsRequest(names=names))
+        resp = await apis.admin.delete_topics(DeleteTopicsRequest(names=names))
         codes = {r.name: (r.error_code, r.error_message) for r in resp.topics}
     responses = []
     for name, tid in targets:
         if name is None:
-            code, msg = UNKNOWN_TOPIC_ID, None
+            code, msg = Errors.UNKNOWN_TOPIC_ID, None
         else:
-            code, msg = codes.get(name, (UNKNOWN_TOPIC_OR_PARTITION, None))
+            code, msg = codes.get(name, (Errors.UNKNOWN_TOPIC_OR_PARTITION, None))
         responses.append({"name": name, "topic_id": tid, "error_code": code, "error_message": msg})
-    return encode_response(
-        20,
-        header.api_version,
-        header.correlation_id,
+    return answer(
+        ApiKey.DELETE_TOPICS,
+        header,
         {"throttle_time": 0, "responses": responses},
     )
 
@@ -333,15 +315,14 @@ def delete_topics_error(header: RequestHeader, body: Any, code: int) -> Response
         {"name": n, "topic_id": tid, "error_code": code, "error_message": None}
         for n, tid in dict.fromkeys(pairs)
     ]
-    return encode_response(
-        20,
-        header.api_version,
-        header.correlation_id,
+    return answer(
+        ApiKey.DELETE_TOPICS,
+        header,
         {"throttle_time": 0, "responses": responses},
     )
 
 
-async def handle_create_partitions(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+async def handle_create_partitions(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     counts = Counter(t.name for t in body.topics)
     results: dict[str, dict[str, Any]] = {}
     forward = []
@@ -349,26 +330,26 @@ async def handle_create_partitions(apis: KafkaApis, header: RequestHeader, body:
         if counts[t.name] > 1:
             results[t.name] = {
                 "name": t.name,
-                "error_code": INVALID_REQUEST,
+                "error_code": Errors.INVALID_REQUEST,
                 "error_message": "duplicate topic in the request",
             }
         elif not 1 <= t.count <= 100_000:
             results[t.name] = {
                 "name": t.name,
-                "error_code": INVALID_PARTITIONS,
+                "error_code": Errors.INVALID_PARTITIONS,
                 "error_message": f"partition count {t.count} is out of range",
             }
         else:
             results[t.name] = {
                 "name": t.name,
-                "error_code": INVALID_REQUEST,
+                "error_code": Errors.INVALID_REQUEST,
                 "error_message": "no answer from the controller",
             }
             assigned = t.assignments
             assignments = [list(a.broker_ids) for a in assigned] if assigned is not None else None
             forward.append(CreatePartitionsTopic(t.name, t.count, assignments))
     if forward:
-        resp = await apis.runtime.create_partitions(
+        resp = await apis.admin.create_partitions(
             CreatePartitionsRequest(topics=forward, validate_only=body.validate_only)
         )
         for r in resp.topics:
@@ -377,10 +358,9 @@ async def handle_create_partitions(apis: KafkaApis, header: RequestHeader, body:
                 "error_code": r.error_code,
                 "error_message": r.error_message,
             }
-    return encode_response(
-        37,
-        header.api_version,
-        header.correlation_id,
+    return answer(
+        ApiKey.CREATE_PARTITIONS,
+        header,
         {"throttle_time": 0, "results": list(results.values())},
     )
 
@@ -390,31 +370,27 @@ def create_partitions_error(header: RequestHeader, body: Any, code: int) -> Resp
         {"name": n, "error_code": code, "error_message": None}
         for n in dict.fromkeys(t.name for t in body.topics)
     ]
-    return encode_response(
-        37, header.api_version, header.correlation_id, {"throttle_time": 0, "results": results}
-    )
+    return answer(ApiKey.CREATE_PARTITIONS, header, {"throttle_time": 0, "results": results})
 
 
 # -- DescribeCluster, DescribeConfigs --------------------------------------------------------
 
 
-async def handle_describe_cluster(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+async def handle_describe_cluster(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     endpoint_type = getattr(body, "endpoint_type", 1)
     if endpoint_type != 1:  # 2 = controllers: brokers do not describe them (KIP-919)
-        return describe_cluster_error(header, body, MISMATCHED_ENDPOINT_TYPE)
-    rt = apis.runtime
-    brokers = _brokers(apis, rt.image())
-    return encode_response(
-        60,
-        header.api_version,
-        header.correlation_id,
+        return describe_cluster_error(header, body, Errors.MISMATCHED_ENDPOINT_TYPE)
+    brokers = _brokers(apis, apis.image())
+    return answer(
+        ApiKey.DESCRIBE_CLUSTER,
+        header,
         {
             "throttle_time": 0,
-            "error_code": 0,
+            "error_code": Errors.NONE,
             "error_message": None,
             "endpoint_type": 1,
-            "cluster_id": rt.cluster_id,
-            "controller_id": _controller_id(brokers),
+            "cluster_id": apis.cluster_id,
+            "controller_id": _controller_id(brokers, header.correlation_id),
             "brokers": brokers,
             "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
         },
@@ -422,10 +398,9 @@ async def handle_describe_cluster(apis: KafkaApis, header: RequestHeader, body: 
 
 
 def describe_cluster_error(header: RequestHeader, body: Any, code: int) -> Response:
-    return encode_response(
-        60,
-        header.api_version,
-        header.correlation_id,
+    return answer(
+        ApiKey.DESCRIBE_CLUSTER,
+        header,
         {
             "throttle_time": 0,
             "error_code": code,
@@ -438,12 +413,11 @@ def describe_cluster_error(header: RequestHeader, body: Any, code: int) -> Respo
     )
 
 
-async def handle_describe_configs(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
-    rt = apis.runtime
+async def handle_describe_configs(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     results = []
     for res in body.resources:
         entry: dict[str, Any] = {
-            "error_code": 0,
+            "error_code": Errors.NONE,
             "error_message": None,
             "configs": [],
             "resource_type": res.resource_type,
@@ -451,16 +425,16 @@ async def handle_describe_configs(apis: KafkaApis, header: RequestHeader, body: 
         }
         configs: dict[str, tuple[str, bool]] | None
         if res.resource_type == 2:  # topic
-            configs = rt.topic_configs(res.resource_name)
+            configs = apis.admin.topic_configs(res.resource_name)
             read_only, source = False, _TOPIC_CONFIG
             if configs is None:
-                entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
-        elif res.resource_type == 4 and res.resource_name in ("", str(rt.broker_id)):
-            configs = rt.broker_configs()
+                entry["error_code"] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+        elif res.resource_type == 4 and res.resource_name in ("", str(apis.broker_id)):
+            configs = apis.admin.broker_configs()
             read_only, source = True, _STATIC_BROKER_CONFIG
         else:
             configs = None
-            entry["error_code"] = INVALID_REQUEST
+            entry["error_code"] = Errors.INVALID_REQUEST
             entry["error_message"] = (
                 f"cannot describe resource type {res.resource_type} {res.resource_name!r} here"
             )
@@ -483,9 +457,7 @@ async def handle_describe_configs(apis: KafkaApis, header: RequestHeader, body: 
                 for k, (value, is_default) in sorted(wanted)
             ]
         results.append(entry)
-    return encode_response(
-        32, header.api_version, header.correlation_id, {"throttle_time": 0, "results": results}
-    )
+    return answer(ApiKey.DESCRIBE_CONFIGS, header, {"throttle_time": 0, "results": results})
 
 
 def describe_configs_error(header: RequestHeader, body: Any, code: int) -> Response:
@@ -499,6 +471,16 @@ def describe_configs_error(header: RequestHeader, body: Any, code: int) -> Respo
         }
         for r in body.resources
     ]
-    return encode_response(
-        32, header.api_version, header.correlation_id, {"throttle_time": 0, "results": results}
-    )
+    return answer(ApiKey.DESCRIBE_CONFIGS, header, {"throttle_time": 0, "results": results})
+
+
+# The versions served, beside their handlers (floors and ceilings: see `broker.apis`).
+API_HANDLERS: tuple[ApiHandler, ...] = (
+    ApiHandler(ApiKey.METADATA, 0, 12, handle_metadata, None),  # no error field before v13
+    ApiHandler(ApiKey.CREATE_TOPICS, 2, 7, handle_create_topics, create_topics_error),
+    ApiHandler(ApiKey.DELETE_TOPICS, 1, 6, handle_delete_topics, delete_topics_error),
+    # DescribeConfigs: kio has no v0
+    ApiHandler(ApiKey.DESCRIBE_CONFIGS, 1, 4, handle_describe_configs, describe_configs_error),
+    ApiHandler(ApiKey.CREATE_PARTITIONS, 0, 3, handle_create_partitions, create_partitions_error),
+    ApiHandler(ApiKey.DESCRIBE_CLUSTER, 0, 1, handle_describe_cluster, describe_cluster_error),
+)

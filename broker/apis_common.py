@@ -1,6 +1,7 @@
-"""What the API handler modules share: Kafka error codes, the response type, and small
-conversions. Kept apart so `apis` (the dispatcher) and the handler modules import it
-without importing each other."""
+"""What the API handler modules share: the handler contract (`BrokerApis`, `ApiHandler`),
+the response type, and small helpers. Kept apart so `apis` (the dispatcher) and the
+handler modules import it without importing each other (error codes and API keys are
+`common.errors.Errors` and `common.api_keys.ApiKey`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.codec import CloseConnection as CloseConnection  # re-exported for handlers
-from broker.codec import RequestHeader
+from broker.codec import RequestHeader, encode_response
 from common.api_keys import ApiKey
+from common.errors import Errors
 
 if TYPE_CHECKING:
     from broker.admin import Admin
@@ -19,29 +21,7 @@ if TYPE_CHECKING:
     from broker.replica_manager import ReplicaManager
     from metadata_log.image import MetadataImage
 
-# Kafka error codes (org.apache.kafka.common.protocol.Errors) used by the handlers.
-UNKNOWN_SERVER_ERROR = -1
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-INVALID_TOPIC_EXCEPTION = 17
-INVALID_REQUIRED_ACKS = 21
-UNSUPPORTED_VERSION = 35
-TOPIC_ALREADY_EXISTS = 36
-INVALID_REQUEST = 42
-KAFKA_STORAGE_ERROR = 56
-FETCH_SESSION_ID_NOT_FOUND = 70
-INVALID_FETCH_SESSION_EPOCH = 71
-INVALID_RECORD = 87
-UNKNOWN_TOPIC_ID = 100
-MISMATCHED_ENDPOINT_TYPE = 114
-
-# Topics only the broker itself writes (Kafka's Topic.isInternal).
-INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+NO_AUTHORIZED_OPERATIONS = -(2**31)  # Kafka's "not requested" value
 
 # A framed response: bytes, a list of buffers and FileSlices, or None (no response).
 Response = bytes | list[Any] | None
@@ -91,7 +71,12 @@ def to_ms(value: datetime.timedelta | int) -> int:
     return int(value)
 
 
-def error_code_of(exc: BaseException, default: int = UNKNOWN_SERVER_ERROR) -> int:
+def error_code_of(exc: BaseException, default: int = Errors.UNKNOWN_SERVER_ERROR) -> int:
     """The Kafka error an exception carries (storage errors do), else `default`."""
     code: Any = getattr(exc, "error_code", None)
     return code if isinstance(code, int) else default
+
+
+def answer(api_key: ApiKey, header: RequestHeader, body: dict[str, Any]) -> Response:
+    """Encode `body` (plain data) as the response to `header`'s request version."""
+    return encode_response(api_key, header.api_version, header.correlation_id, body)

@@ -2,7 +2,11 @@
 
 Produce and Fetch are the hot path: work per partition and per batch, never per record;
 their responses are hand-written (`codec.encode_produce_response` /
-`encode_fetch_response`).
+`encode_fetch_response`). Handlers call the replica manager directly. A produce is
+checked here, once: acks, then each batch's header and CRC (`validate_records`); the
+checked batches go down to the log, which does not parse or check them again.
+
+`API_HANDLERS` (at the end) is what this module serves: versions and handlers.
 """
 
 from __future__ import annotations
@@ -15,16 +19,8 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from broker.apis_common import (
-    FETCH_SESSION_ID_NOT_FOUND,
-    INTERNAL_TOPICS,
-    INVALID_FETCH_SESSION_EPOCH,
-    INVALID_RECORD,
-    INVALID_REQUEST,
-    INVALID_REQUIRED_ACKS,
-    INVALID_TOPIC_EXCEPTION,
-    KAFKA_STORAGE_ERROR,
-    UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
+    ApiHandler,
+    BrokerApis,
     CloseConnection,
     Response,
     error_code_of,
@@ -37,12 +33,16 @@ from broker.codec import (
     encode_produce_response,
     encode_response,
 )
-from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
-from storage.record_batch import RecordBatchError, validate_records
+from broker.results import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from common.api_keys import ApiKey
+from common.errors import Errors
+from common.topics import INTERNAL_TOPICS
+from storage.log_types import FetchDataInfo
+from storage.record_batch import CheckedBatch, RecordBatchError, validate_records
 from storage.segment import FileSlice
 
 if TYPE_CHECKING:
-    from broker.apis import KafkaApis
+    from broker.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -52,23 +52,26 @@ _ZERO_UUID = uuid.UUID(int=0)
 # -- Produce ---------------------------------------------------------------------------------
 
 
-def check_produce_records(records: bytes | None) -> ProduceResult | None:
+def check_produce_records(records: bytes | None) -> list[CheckedBatch] | ProduceResult:
     """Kafka's rule for Produce v3+: exactly one valid magic-2 batch per partition.
 
-    Returns the error result, or None when the records may be appended. Header checks
-    and the CRC32C (in C) only: records are never parsed here.
+    Returns the checked batch (as `validate_records` gives it, for the append), or the
+    error result. Header checks and the CRC32C (in C) only: records are never parsed.
     """
     if not records:
-        return ProduceResult(INVALID_RECORD, error_message="no record batch for the partition")
+        return ProduceResult(
+            Errors.INVALID_RECORD, error_message="no record batch for the partition"
+        )
     try:
         views = validate_records(records)
     except RecordBatchError as e:
         return ProduceResult(e.error_code, error_message=str(e))
     if len(views) != 1:
         return ProduceResult(
-            INVALID_RECORD, error_message=f"{len(views)} record batches: exactly one is allowed"
+            Errors.INVALID_RECORD,
+            error_message=f"{len(views)} record batches: exactly one is allowed",
         )
-    return None
+    return views
 
 
 async def _append(produce: Awaitable[ProduceResult]) -> ProduceResult:
@@ -80,17 +83,18 @@ async def _append(produce: Awaitable[ProduceResult]) -> ProduceResult:
         return ProduceResult(e.error_code, error_message=str(e))
     except OSError as e:  # the disk: Kafka's KAFKA_STORAGE_ERROR (retriable)
         log.exception("produce failed on storage")
-        return ProduceResult(KAFKA_STORAGE_ERROR, error_message=str(e))
+        return ProduceResult(Errors.KAFKA_STORAGE_ERROR, error_message=str(e))
     except Exception as e:
         log.exception("produce failed")
-        return ProduceResult(INVALID_RECORD, error_message=f"broker error: {e!r}")
+        return ProduceResult(Errors.INVALID_RECORD, error_message=f"broker error: {e!r}")
 
 
-async def handle_produce(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
-    rt = apis.runtime
+async def handle_produce(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
+    rm = apis.replica_manager
     acks = body.acks
+    acks_valid = acks in (0, 1, -1)  # the only check of acks on the produce path
     timeout_ms = to_ms(body.timeout)
-    image = rt.image()
+    image = apis.image()
     out: list[tuple[str, list[list[Any]]]] = []  # (topic, [[partition, result], ...])
     pending: list[tuple[list[Any], Awaitable[ProduceResult]]] = []
     for t in body.topic_data:
@@ -99,17 +103,21 @@ async def handle_produce(apis: KafkaApis, header: RequestHeader, body: Any) -> R
         for p in t.partition_data:
             slot: list[Any] = [p.index, None]
             slots.append(slot)
-            if acks not in (0, 1, -1):
-                slot[1] = ProduceResult(INVALID_REQUIRED_ACKS, error_message=f"acks={acks}")
+            if not acks_valid:
+                why = f"acks={acks}"
+                slot[1] = ProduceResult(Errors.INVALID_REQUIRED_ACKS, error_message=why)
             elif topic is None or p.index not in topic.partitions:
-                slot[1] = ProduceResult(UNKNOWN_TOPIC_OR_PARTITION)
+                slot[1] = ProduceResult(Errors.UNKNOWN_TOPIC_OR_PARTITION)
             elif t.name in INTERNAL_TOPICS:  # only the group coordinator writes there
                 why = f"cannot append to internal topic {t.name}"
-                slot[1] = ProduceResult(INVALID_TOPIC_EXCEPTION, error_message=why)
+                slot[1] = ProduceResult(Errors.INVALID_TOPIC_EXCEPTION, error_message=why)
             else:
-                slot[1] = check_produce_records(p.records)
-                if slot[1] is None:
-                    pending.append((slot, rt.produce(t.name, p.index, p.records, acks, timeout_ms)))
+                checked = check_produce_records(p.records)
+                if isinstance(checked, ProduceResult):
+                    slot[1] = checked
+                else:
+                    append = rm.produce(t.name, p.index, checked, acks, timeout_ms)
+                    pending.append((slot, append))
         out.append((t.name, slots))
     if len(pending) == 1:  # the common case: skip gather's task machinery
         slot, appended = pending[0]
@@ -146,23 +154,23 @@ def produce_error(header: RequestHeader, body: Any, code: int) -> Response:
 FetchPlan = list[tuple[str | uuid.UUID, list[tuple[int, FetchPartition | int]]]]
 
 
-async def handle_fetch(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
-    rt = apis.runtime
+async def handle_fetch(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
+    rm = apis.replica_manager
     version = header.api_version
     if getattr(body, "session_id", 0) != 0:  # we never hand out fetch sessions
-        return fetch_error(header, body, FETCH_SESSION_ID_NOT_FOUND)
+        return fetch_error(header, body, Errors.FETCH_SESSION_ID_NOT_FOUND)
     if getattr(body, "session_epoch", -1) not in (-1, 0):
-        return fetch_error(header, body, INVALID_FETCH_SESSION_EPOCH)
+        return fetch_error(header, body, Errors.INVALID_FETCH_SESSION_EPOCH)
     max_bytes = getattr(body, "max_bytes", INT32_MAX)
     if max_bytes < 0:
-        return fetch_error(header, body, INVALID_REQUEST)
+        return fetch_error(header, body, Errors.INVALID_REQUEST)
     max_wait_ms = to_ms(body.max_wait)
     if version >= 15:
         replica_id, replica_epoch = body.replica_state.replica_id, body.replica_state.replica_epoch
     else:
         replica_id, replica_epoch = getattr(body, "replica_id", -1), -1
     isolation = getattr(body, "isolation_level", 0)
-    image = rt.image()
+    image = apis.image()
     plan: FetchPlan = []
     reads: list[FetchPartition] = []
     for t in body.topics:
@@ -170,19 +178,19 @@ async def handle_fetch(apis: KafkaApis, header: RequestHeader, body: Any) -> Res
         if version >= 13:
             key = t.topic_id or _ZERO_UUID
             name = apis.topic_name_by_id(t.topic_id)
-            missing = UNKNOWN_TOPIC_ID
+            missing = Errors.UNKNOWN_TOPIC_ID
         else:
             key = name = t.topic
-            missing = UNKNOWN_TOPIC_OR_PARTITION
+            missing = Errors.UNKNOWN_TOPIC_OR_PARTITION
         topic = image.topic_by_name(name) if name is not None else None
         items: list[tuple[int, FetchPartition | int]] = []
         for p in t.partitions:
             if topic is None:
                 items.append((p.partition, missing))
             elif p.partition not in topic.partitions:
-                items.append((p.partition, UNKNOWN_TOPIC_OR_PARTITION))
+                items.append((p.partition, Errors.UNKNOWN_TOPIC_OR_PARTITION))
             elif p.partition_max_bytes < 0:
-                items.append((p.partition, INVALID_REQUEST))
+                items.append((p.partition, Errors.INVALID_REQUEST))
             else:
                 fp = FetchPartition(
                     topic.name,
@@ -196,26 +204,33 @@ async def handle_fetch(apis: KafkaApis, header: RequestHeader, body: Any) -> Res
                 items.append((p.partition, fp))
                 reads.append(fp)
         plan.append((key, items))
-    topics, total, answer_now = _read(apis, plan, max_bytes, replica_id, isolation)
+    topics, total, answer_now = _read(rm, plan, max_bytes, replica_id, isolation, {})
     # Kafka's DelayedFetch rule: answer at once on errors, enough bytes, or no wait.
     if reads and not answer_now and max_wait_ms > 0 and total < body.min_bytes:
-        await rt.wait_for_data(reads, body.min_bytes, max_wait_ms, replica_id)
-        topics, total, answer_now = _read(apis, plan, max_bytes, replica_id, isolation)
+        # The wait's last look read the partitions: the answer reuses those reads.
+        found = await rm.wait_for_data(reads, body.min_bytes, max_wait_ms, replica_id)
+        topics, total, answer_now = _read(rm, plan, max_bytes, replica_id, isolation, found)
     return encode_fetch_response(
-        version, header.correlation_id, 0, topics, read_committed=isolation == 1
+        version, header.correlation_id, Errors.NONE, topics, read_committed=isolation == 1
     )
 
 
 def _read(
-    apis: KafkaApis, plan: FetchPlan, max_bytes: int, replica_id: int, isolation: int
+    rm: ReplicaManager,
+    plan: FetchPlan,
+    max_bytes: int,
+    replica_id: int,
+    isolation: int,
+    found: dict[FetchPartition, FetchDataInfo],
 ) -> tuple[list[FetchTopicOut], int, bool]:
     """One pass over the partitions in request order, within the response's byte budget.
 
     KIP-74: the first partition with data gets at least its first whole batch (the log
     returns it even past `max_bytes`); later partitions get what the budget leaves, cut
     to it (a partial trailing batch, which clients drop, exactly as Kafka sends).
+    `found`: reads `wait_for_data` made of whole partitions (`max_bytes` each), used
+    where the budget leaves a partition all of its `max_bytes`.
     """
-    rt = apis.runtime
     budget = max_bytes
     total = 0
     answer_now = False
@@ -229,11 +244,10 @@ def _read(
                 continue
             limit = min(item.max_bytes, budget)
             try:
-                r = rt.fetch(
-                    item if limit == item.max_bytes else dataclasses.replace(item, max_bytes=limit),
-                    replica_id,
-                    isolation,
-                )
+                if limit == item.max_bytes:
+                    r = rm.fetch(item, replica_id, isolation, found.get(item))
+                else:
+                    r = rm.fetch(dataclasses.replace(item, max_bytes=limit), replica_id, isolation)
             except Exception as e:  # storage errors carry their Kafka code
                 if not hasattr(e, "error_code"):
                     log.exception("fetch of %s-%d failed", item.topic, item.partition)
@@ -266,25 +280,26 @@ def fetch_error(header: RequestHeader, body: Any, code: int) -> Response:
         )
         for t in body.topics
     ]
-    return encode_fetch_response(v, header.correlation_id, code if v >= 7 else 0, topics)
+    top_code = code if v >= 7 else Errors.NONE  # v7 added the top-level error code
+    return encode_fetch_response(v, header.correlation_id, top_code, topics)
 
 
 # -- ListOffsets, OffsetForLeaderEpoch, InitProducerId ---------------------------------------
 
 
-async def handle_list_offsets(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
-    rt = apis.runtime
-    image = rt.image()
+async def handle_list_offsets(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
+    rm = apis.replica_manager
+    image = apis.image()
     topics = []
     for t in body.topics:
         topic = image.topic_by_name(t.name)
         parts = []
         for p in t.partitions:
             if topic is None or p.partition_index not in topic.partitions:
-                r = ListOffsetResult(UNKNOWN_TOPIC_OR_PARTITION)
+                r = ListOffsetResult(Errors.UNKNOWN_TOPIC_OR_PARTITION)
             else:
                 try:
-                    r = rt.list_offset(
+                    r = rm.list_offset(
                         t.name,
                         p.partition_index,
                         p.timestamp,
@@ -305,7 +320,10 @@ async def handle_list_offsets(apis: KafkaApis, header: RequestHeader, body: Any)
             )
         topics.append({"name": t.name, "partitions": parts})
     return encode_response(
-        2, header.api_version, header.correlation_id, {"throttle_time": 0, "topics": topics}
+        ApiKey.LIST_OFFSETS,
+        header.api_version,
+        header.correlation_id,
+        {"throttle_time": 0, "topics": topics},
     )
 
 
@@ -327,20 +345,23 @@ def list_offsets_error(header: RequestHeader, body: Any, code: int) -> Response:
         for t in body.topics
     ]
     return encode_response(
-        2, header.api_version, header.correlation_id, {"throttle_time": 0, "topics": topics}
+        ApiKey.LIST_OFFSETS,
+        header.api_version,
+        header.correlation_id,
+        {"throttle_time": 0, "topics": topics},
     )
 
 
 async def handle_offset_for_leader_epoch(
-    apis: KafkaApis, header: RequestHeader, body: Any
+    apis: BrokerApis, header: RequestHeader, body: Any
 ) -> Response:
-    rt = apis.runtime
+    rm = apis.replica_manager
     topics = []
     for t in body.topics:
         parts = []
         for p in t.partitions:
             try:
-                err, epoch, end = rt.offset_for_leader_epoch(
+                err, epoch, end = rm.offset_for_leader_epoch(
                     t.topic, p.partition, p.leader_epoch, getattr(p, "current_leader_epoch", -1)
                 )
             except Exception as e:
@@ -357,7 +378,10 @@ async def handle_offset_for_leader_epoch(
             )
         topics.append({"topic": t.topic, "partitions": parts})
     return encode_response(
-        23, header.api_version, header.correlation_id, {"throttle_time": 0, "topics": topics}
+        ApiKey.OFFSET_FOR_LEADER_EPOCH,
+        header.api_version,
+        header.correlation_id,
+        {"throttle_time": 0, "topics": topics},
     )
 
 
@@ -373,18 +397,21 @@ def offset_for_epoch_error(header: RequestHeader, body: Any, code: int) -> Respo
         for t in body.topics
     ]
     return encode_response(
-        23, header.api_version, header.correlation_id, {"throttle_time": 0, "topics": topics}
+        ApiKey.OFFSET_FOR_LEADER_EPOCH,
+        header.api_version,
+        header.correlation_id,
+        {"throttle_time": 0, "topics": topics},
     )
 
 
-async def handle_init_producer_id(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+async def handle_init_producer_id(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     if body.transactional_id is not None:
         # Transactions need a transaction coordinator, which this broker does not have
         # (FindCoordinator is not advertised): refuse plainly rather than pretend.
-        return init_producer_id_error(header, body, INVALID_REQUEST)
-    err, producer_id, epoch = await apis.runtime.init_producer_id()
+        return init_producer_id_error(header, body, Errors.INVALID_REQUEST)
+    err, producer_id, epoch = await apis.admin.init_producer_id()
     return encode_response(
-        22,
+        ApiKey.INIT_PRODUCER_ID,
         header.api_version,
         header.correlation_id,
         {
@@ -398,8 +425,25 @@ async def handle_init_producer_id(apis: KafkaApis, header: RequestHeader, body: 
 
 def init_producer_id_error(header: RequestHeader, body: Any, code: int) -> Response:
     return encode_response(
-        22,
+        ApiKey.INIT_PRODUCER_ID,
         header.api_version,
         header.correlation_id,
         {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1},
     )
+
+
+# What this module serves: Kafka's API, the versions advertised (exactly the ones the
+# handler implements), the handler and how it answers a failure with an error code.
+API_HANDLERS: tuple[ApiHandler, ...] = (
+    ApiHandler(ApiKey.PRODUCE, 3, 9, handle_produce, produce_error),
+    ApiHandler(ApiKey.FETCH, 4, 15, handle_fetch, fetch_error),
+    ApiHandler(ApiKey.LIST_OFFSETS, 1, 7, handle_list_offsets, list_offsets_error),
+    ApiHandler(ApiKey.INIT_PRODUCER_ID, 0, 4, handle_init_producer_id, init_producer_id_error),
+    ApiHandler(
+        ApiKey.OFFSET_FOR_LEADER_EPOCH,
+        2,
+        4,
+        handle_offset_for_leader_epoch,
+        offset_for_epoch_error,
+    ),
+)

@@ -8,66 +8,55 @@ once, as plain data, for every version (`build` keeps the fields a version has).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from broker.apis_common import INVALID_REQUEST, Response, to_ms
-from broker.codec import RequestHeader, encode_response
+from broker.apis_common import ApiHandler, BrokerApis, Response, answer, to_ms
+from broker.codec import RequestHeader
 from broker.group import messages as gm
-from broker.group.manager import OFFSETS_TOPIC
 from broker.network import client_host
+from common.api_keys import ApiKey
+from common.errors import Errors
+from common.topics import GROUP_METADATA_TOPIC_NAME
 
-if TYPE_CHECKING:
-    from broker.apis import KafkaApis
-    from broker.group.manager import GroupCoordinator
-
-FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP = 10, 8, 9, 11
-HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 12, 13, 14, 15, 16
-DELETE_GROUPS, OFFSET_DELETE = 42, 47
-COORDINATOR_NOT_AVAILABLE = gm.COORDINATOR_NOT_AVAILABLE
-GROUP_KEY, TRANSACTION_KEY = 0, 1
-NO_AUTHORIZED_OPERATIONS = -(2**31)
-
-
-def _groups(apis: KafkaApis) -> GroupCoordinator:
-    return apis.runtime.groups
-
-
-def _answer(key: int, header: RequestHeader, body: dict[str, Any]) -> Response:
-    return encode_response(key, header.api_version, header.correlation_id, body)
+GROUP_KEY, TRANSACTION_KEY = 0, 1  # FindCoordinator key types
 
 
 # -- FindCoordinator -----------------------------------------------------------------------------
 
 
-def _coordinator(apis: KafkaApis, key: str, key_type: int) -> dict[str, Any]:
+def _coordinator(apis: BrokerApis, key: str, key_type: int) -> dict[str, Any]:
     out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
     if key_type == TRANSACTION_KEY:
-        return {**out, "error_code": COORDINATOR_NOT_AVAILABLE, "error_message": "no transactions"}
+        return {
+            **out,
+            "error_code": Errors.COORDINATOR_NOT_AVAILABLE,
+            "error_message": "no transactions",
+        }
     if key_type != GROUP_KEY or not key:
-        return {**out, "error_code": INVALID_REQUEST, "error_message": "not a group id"}
-    groups = _groups(apis)
-    topic = apis.runtime.image().topic_by_name(OFFSETS_TOPIC)
+        return {**out, "error_code": Errors.INVALID_REQUEST, "error_message": "not a group id"}
+    groups = apis.groups
+    topic = apis.image().topic_by_name(GROUP_METADATA_TOPIC_NAME)
     if topic is None:
         groups.ensure_offsets_topic()
-        return {**out, "error_code": COORDINATOR_NOT_AVAILABLE, "error_message": None}
+        return {**out, "error_code": Errors.COORDINATOR_NOT_AVAILABLE, "error_message": None}
     reg = topic.partitions.get(groups.core.partition_for(key))
-    endpoint = apis.runtime.advertised_endpoint(reg.leader) if reg and reg.leader >= 0 else None
+    endpoint = apis.advertised_endpoint(reg.leader) if reg and reg.leader >= 0 else None
     if reg is None or endpoint is None:
-        return {**out, "error_code": COORDINATOR_NOT_AVAILABLE, "error_message": None}
+        return {**out, "error_code": Errors.COORDINATOR_NOT_AVAILABLE, "error_message": None}
     host, port = endpoint
-    return {**out, "error_code": 0, "error_message": None, "node_id": reg.leader} | {
+    return {**out, "error_code": Errors.NONE, "error_message": None, "node_id": reg.leader} | {
         "host": host,
         "port": port,
     }
 
 
-async def handle_find_coordinator(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+async def handle_find_coordinator(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     key_type = getattr(body, "key_type", GROUP_KEY)
     if header.api_version >= 4:
         found = [_coordinator(apis, k, key_type) for k in body.coordinator_keys]
-        return _answer(FIND_COORDINATOR, header, {"throttle_time": 0, "coordinators": found})
+        return answer(ApiKey.FIND_COORDINATOR, header, {"throttle_time": 0, "coordinators": found})
     found = _coordinator(apis, body.key, key_type)
-    return _answer(FIND_COORDINATOR, header, {"throttle_time": 0, **found})
+    return answer(ApiKey.FIND_COORDINATOR, header, {"throttle_time": 0, **found})
 
 
 def find_coordinator_error(header: RequestHeader, body: Any, code: int) -> Response:
@@ -77,13 +66,13 @@ def find_coordinator_error(header: RequestHeader, body: Any, code: int) -> Respo
         for k in keys
     ]
     body_out = {"throttle_time": 0, "coordinators": found, **found[0]}
-    return _answer(FIND_COORDINATOR, header, body_out)
+    return answer(ApiKey.FIND_COORDINATOR, header, body_out)
 
 
 # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ---------------------------------------------------
 
 
-async def handle_join_group(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+async def handle_join_group(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     v = header.api_version
     session = to_ms(body.session_timeout)
     req = gm.JoinRequest(
@@ -98,15 +87,15 @@ async def handle_join_group(apis: KafkaApis, header: RequestHeader, body: Any) -
         [(p.name, bytes(p.metadata)) for p in body.protocols],
         require_known_member_id=v >= 4,
     )
-    core = _groups(apis).core
-    r: gm.JoinResult = await _groups(apis).call(lambda t, now: core.join(t, req, now))
+    core = apis.groups.core
+    r: gm.JoinResult = await apis.groups.call(lambda t, now: core.join(t, req, now))
     return _join_answer(header, r)
 
 
 def _join_answer(header: RequestHeader, r: gm.JoinResult) -> Response:
     nullable = header.api_version >= 7
-    return _answer(
-        JOIN_GROUP,
+    return answer(
+        ApiKey.JOIN_GROUP,
         header,
         {
             "throttle_time": 0,
@@ -129,7 +118,7 @@ def join_group_error(header: RequestHeader, body: Any, code: int) -> Response:
     return _join_answer(header, gm.JoinResult(code, body.member_id))
 
 
-async def handle_sync_group(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+async def handle_sync_group(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     req = gm.SyncRequest(
         body.group_id,
         body.generation_id,
@@ -139,14 +128,14 @@ async def handle_sync_group(apis: KafkaApis, header: RequestHeader, body: Any) -
         getattr(body, "protocol_name", None),
         [(a.member_id, bytes(a.assignment)) for a in body.assignments],
     )
-    core = _groups(apis).core
-    r: gm.SyncResult = await _groups(apis).call(lambda t, now: core.sync(t, req, now))
+    core = apis.groups.core
+    r: gm.SyncResult = await apis.groups.call(lambda t, now: core.sync(t, req, now))
     return _sync_answer(header, r)
 
 
 def _sync_answer(header: RequestHeader, r: gm.SyncResult) -> Response:
-    return _answer(
-        SYNC_GROUP,
+    return answer(
+        ApiKey.SYNC_GROUP,
         header,
         {
             "throttle_time": 0,
@@ -162,10 +151,10 @@ def sync_group_error(header: RequestHeader, body: Any, code: int) -> Response:
     return _sync_answer(header, gm.SyncResult(code))
 
 
-async def handle_heartbeat(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
-    core = _groups(apis).core
+async def handle_heartbeat(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
+    core = apis.groups.core
     instance = getattr(body, "group_instance_id", None)
-    code = await _groups(apis).call(
+    code = await apis.groups.call(
         lambda t, now: core.heartbeat(
             t, body.group_id, body.member_id, instance, body.generation_id, now
         )
@@ -174,24 +163,24 @@ async def handle_heartbeat(apis: KafkaApis, header: RequestHeader, body: Any) ->
 
 
 def heartbeat_error(header: RequestHeader, body: Any, code: int) -> Response:
-    return _answer(HEARTBEAT, header, {"throttle_time": 0, "error_code": code})
+    return answer(ApiKey.HEARTBEAT, header, {"throttle_time": 0, "error_code": code})
 
 
-async def handle_leave_group(apis: KafkaApis, header: RequestHeader, body: Any) -> Response:
+async def handle_leave_group(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     v = header.api_version
     if v >= 3:
         members = [(x.member_id, x.group_instance_id) for x in body.members]
     else:
         members = [(body.member_id, None)]
-    core = _groups(apis).core
-    r: gm.LeaveResult = await _groups(apis).call(
+    core = apis.groups.core
+    r: gm.LeaveResult = await apis.groups.call(
         lambda t, now: core.leave(t, body.group_id, members, now)
     )
     code = r.error_code
-    if v < 3 and code == gm.NONE and r.members:
+    if v < 3 and code == Errors.NONE and r.members:
         code = r.members[0][2]  # one member: its error is the answer's
-    return _answer(
-        LEAVE_GROUP,
+    return answer(
+        ApiKey.LEAVE_GROUP,
         header,
         {
             "throttle_time": 0,
@@ -205,4 +194,15 @@ async def handle_leave_group(apis: KafkaApis, header: RequestHeader, body: Any) 
 
 
 def leave_group_error(header: RequestHeader, body: Any, code: int) -> Response:
-    return _answer(LEAVE_GROUP, header, {"throttle_time": 0, "error_code": code, "members": []})
+    return answer(
+        ApiKey.LEAVE_GROUP, header, {"throttle_time": 0, "error_code": code, "members": []}
+    )
+
+
+API_HANDLERS: tuple[ApiHandler, ...] = (
+    ApiHandler(ApiKey.FIND_COORDINATOR, 0, 4, handle_find_coordinator, find_coordinator_error),
+    ApiHandler(ApiKey.JOIN_GROUP, 0, 9, handle_join_group, join_group_error),
+    ApiHandler(ApiKey.HEARTBEAT, 0, 4, handle_heartbeat, heartbeat_error),
+    ApiHandler(ApiKey.LEAVE_GROUP, 0, 5, handle_leave_group, leave_group_error),
+    ApiHandler(ApiKey.SYNC_GROUP, 0, 5, handle_sync_group, sync_group_error),
+)

@@ -1,5 +1,5 @@
 """Walking kio's schemas: the wire shape of each field, building entities from plain
-data (`build`), stripping unknown tagged fields (`strip_unknown_tags`), and varints.
+data (`build`), stripping unknown tagged fields (`strip_unknown_tags`).
 
 Kept apart from `codec` so the request/response code reads on its own; this is the
 slow, generic, schema-driven side (Python per field), used for rare responses and on
@@ -21,40 +21,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from common.varint import MalformedError, encode_uvarint, read_uvarint
+
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-
-
-class MalformedError(ValueError):
-    """Bytes that do not fit the schema (lengths past the buffer, long varints)."""
-
-
-def read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    """Unsigned varint at `pos` -> (value, new pos). At most 5 bytes, as Kafka allows."""
-    if pos < len(buf) and buf[pos] < 0x80:  # the common one-byte case
-        return buf[pos], pos + 1
-    value = shift = 0
-    for i in range(5):
-        if pos + i >= len(buf):
-            raise MalformedError("varint runs past the buffer")
-        b = buf[pos + i]
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos + i + 1
-        shift += 7
-    raise MalformedError("varint is longer than 5 bytes")
-
-
-def encode_uvarint(n: int) -> bytes:
-    if n < 0x80:
-        return bytes((n,))
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 _FIXED = {

@@ -7,26 +7,22 @@ Kafka's names and defaults wherever the concept exists (`node.id`, `listeners`,
 not: `controller.quorum.http.endpoints` (each controller's HTTP API, which brokers talk
 to instead of Kafka's controller RPCs) and `controlled.shutdown.timeout.ms`.
 
-The `.properties` reader repeats kraft/controller_config.py's on purpose: `broker/` may
-not import `kraft/` (see DESIGN.md, "Layers").
+Values are read through common/properties.py's typed getters (the controller's config
+uses the same ones). Port 0 in `listeners` binds an ephemeral port, as in Kafka.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.group.config import GroupConfig
-from storage.config import ConfigError, LogConfig
+from common.properties import ConfigError, Properties, read_properties
+from storage.config import LogConfig
 from storage.log_manager import LogManagerConfig
-from storage.properties import read_properties
 
 __all__ = ["BrokerConfig", "ConfigError", "Listener", "load_config"]
-
-_HOST_PORT = re.compile(r"^\[?(?P<host>[^\[\]@,\s]*?)\]?:(?P<port>[0-9]{1,5})$")
-_LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<rest>.*)$")
 
 # Every broker property we read, with Kafka's default (as text, the way DescribeConfigs
 # shows it). None: no default (required, or absent unless set).
@@ -147,73 +143,20 @@ class BrokerConfig:
 # -- .properties ----------------------------------------------------------------------------
 
 
-def _get(props: Mapping[str, str], name: str) -> str | None:
-    raw = props.get(name)
-    if raw is None or raw.strip() == "":
-        return DEFAULTS.get(name)
-    return raw.strip()
-
-
-def _required(props: Mapping[str, str], name: str) -> str:
-    value = _get(props, name)
-    if value is None:
-        raise ConfigError(f"{name} is required")
-    return value
-
-
-def _int(props: Mapping[str, str], name: str, lo: int, hi: int = 2**31 - 1) -> int:
-    raw = _required(props, name)
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
-    if not lo <= value <= hi:
-        raise ConfigError(f"{name} must be in [{lo}, {hi}], got {value}")
-    return value
-
-
-def _bool(props: Mapping[str, str], name: str) -> bool:
-    raw = _required(props, name).lower()
-    if raw not in ("true", "false"):
-        raise ConfigError(f"{name} must be true or false, got {props.get(name)!r}")
-    return raw == "true"
-
-
-def _host_port(name: str, text: str) -> tuple[str, int]:
-    m = _HOST_PORT.match(text.strip())
-    if not m:
-        raise ConfigError(f"{name}: expected host:port, got {text!r}")
-    port = int(m["port"])
-    if not 0 <= port < 65536:
-        raise ConfigError(f"{name}: port {port} is out of range in {text!r}")
-    return m["host"], port
-
-
-def _controller_endpoints(props: Mapping[str, str]) -> dict[int, tuple[str, int]]:
+def _controller_endpoints(props: Properties) -> dict[int, tuple[str, int]]:
     name = "controller.quorum.http.endpoints"
-    out: dict[int, tuple[str, int]] = {}
-    for item in _required(props, name).split(","):
-        item = item.strip()
-        node, sep, address = item.partition("@")
-        if not sep or not node.strip().isdigit():
-            raise ConfigError(f"{name}: expected id@host:port, got {item!r}")
-        if int(node) in out:
-            raise ConfigError(f"{name}: node {node} appears twice")
-        host, port = _host_port(name, address)
-        if not host or port == 0:
-            raise ConfigError(f"{name}: {item!r} needs a host and a port")
-        out[int(node)] = (host, port)
+    out = props.get_node_addresses(name)
+    for node, (host, port) in out.items():
+        if not host:
+            raise ConfigError(f"{name}: node {node} ({host}:{port}) needs a host")
     return out
 
 
-def _listeners(props: Mapping[str, str], name: str, raw: str) -> tuple[Listener, ...]:
+def _listeners(props: Properties, name: str) -> tuple[Listener, ...]:
     protocols = _protocol_map(props)
     out: list[Listener] = []
-    for item in raw.split(","):
-        m = _LISTENER.match(item.strip())
-        if not m:
-            raise ConfigError(f"{name}: expected NAME://host:port, got {item.strip()!r}")
-        lname = m["name"].upper()
+    for given_name, host, port in props.get_listeners(name):
+        lname = given_name.upper()
         if any(x.name == lname for x in out):
             raise ConfigError(f"{name}: listener {lname} appears twice")
         protocol = protocols.get(lname, lname)
@@ -222,19 +165,13 @@ def _listeners(props: Mapping[str, str], name: str, raw: str) -> tuple[Listener,
                 f"{name}: listener {lname} uses security protocol {protocol}; "
                 "only PLAINTEXT is supported"
             )
-        host, port = _host_port(name, m["rest"])
         out.append(Listener(lname, host, port, protocol))
-    if not out:
-        raise ConfigError(f"{name} must name at least one listener")
     return tuple(out)
 
 
-def _protocol_map(props: Mapping[str, str]) -> dict[str, str]:
-    raw = props.get("listener.security.protocol.map", "")
+def _protocol_map(props: Properties) -> dict[str, str]:
     out: dict[str, str] = {}
-    for item in raw.split(","):
-        if not item.strip():
-            continue
+    for item in props.get_list("listener.security.protocol.map"):
         lname, sep, protocol = item.partition(":")
         if not sep:
             raise ConfigError(
@@ -251,22 +188,23 @@ def load_config(
     return from_properties(read_properties(path, overrides))
 
 
-def from_properties(props: Mapping[str, str]) -> BrokerConfig:
-    roles = [r.strip() for r in _required(props, "process.roles").split(",") if r.strip()]
+def from_properties(values: Mapping[str, str]) -> BrokerConfig:
+    props = Properties(values, DEFAULTS)
+    roles = [r.strip() for r in props.required("process.roles").split(",") if r.strip()]
     if roles != ["broker"]:
         raise ConfigError(
             f"process.roles must be broker for a broker process, got {','.join(roles)!r}"
             " (combined broker,controller mode is not supported)"
         )
-    node_id = _int(props, "node.id", 0)
-    listeners = _listeners(props, "listeners", _required(props, "listeners"))
+    node_id = props.get_int("node.id", min=0)
+    listeners = _listeners(props, "listeners")
     if len(listeners) != 1:
         raise ConfigError(f"listeners: one Kafka listener is supported, got {len(listeners)}")
-    advertised_raw = _get(props, "advertised.listeners")
+    advertised_raw = props.get_string("advertised.listeners")
     if advertised_raw is None:
         advertised = listeners
     else:
-        advertised = _listeners(props, "advertised.listeners", advertised_raw)
+        advertised = _listeners(props, "advertised.listeners")
         missing = {x.name for x in listeners} - {x.name for x in advertised}
         if missing:
             raise ConfigError(
@@ -279,17 +217,17 @@ def from_properties(props: Mapping[str, str]) -> BrokerConfig:
                 f"{where}: {x.name} has no routable host ({x.host or 'empty'}); "
                 "set a host clients can reach (e.g. PLAINTEXT://127.0.0.1:9092)"
             )
-    inter = (_get(props, "inter.broker.listener.name") or listeners[0].name).upper()
+    inter = (props.get_string("inter.broker.listener.name") or listeners[0].name).upper()
     if inter not in {x.name for x in advertised}:
         raise ConfigError(f"inter.broker.listener.name: no listener named {inter}")
-    dirs_raw = _get(props, "log.dirs") or _get(props, "log.dir")
+    dirs_raw = props.get_string("log.dirs") or props.get_string("log.dir")
     if dirs_raw is None:
         raise ConfigError("log.dirs is required")
     log_dirs = tuple(Path(d.strip()) for d in dirs_raw.split(",") if d.strip())
     if not log_dirs:
         raise ConfigError("log.dirs must name at least one directory")
-    heartbeat = _int(props, "broker.heartbeat.interval.ms", 10)
-    session = _int(props, "broker.session.timeout.ms", 100)
+    heartbeat = props.get_int("broker.heartbeat.interval.ms", min=10)
+    session = props.get_int("broker.session.timeout.ms", min=100)
     if heartbeat >= session:
         raise ConfigError(
             f"broker.heartbeat.interval.ms ({heartbeat}) must be less than "
@@ -302,59 +240,65 @@ def from_properties(props: Mapping[str, str]) -> BrokerConfig:
         advertised_listeners=advertised,
         inter_broker_listener_name=inter,
         log_dirs=log_dirs,
-        log_config=LogConfig.from_broker_properties(props),
+        log_config=LogConfig.from_broker_properties(props.values),
         log_manager_config=LogManagerConfig(
-            num_recovery_threads_per_data_dir=_int(props, "num.recovery.threads.per.data.dir", 1),
-            retention_check_interval_ms=_int(props, "log.retention.check.interval.ms", 1),
-            checkpoint_interval_ms=_int(props, "log.flush.offset.checkpoint.interval.ms", 1),
-            cleaner_enable=_bool(props, "log.cleaner.enable"),
-            cleaner_backoff_ms=_int(props, "log.cleaner.backoff.ms", 1),
+            num_recovery_threads_per_data_dir=props.get_int(
+                "num.recovery.threads.per.data.dir", min=1
+            ),
+            retention_check_interval_ms=props.get_int("log.retention.check.interval.ms", min=1),
+            checkpoint_interval_ms=props.get_int("log.flush.offset.checkpoint.interval.ms", min=1),
+            cleaner_enable=props.get_bool("log.cleaner.enable"),
+            cleaner_backoff_ms=props.get_int("log.cleaner.backoff.ms", min=1),
         ),
-        num_partitions=_int(props, "num.partitions", 1, 100_000),
-        default_replication_factor=_int(props, "default.replication.factor", 1, 32_767),
-        auto_create_topics_enable=_bool(props, "auto.create.topics.enable"),
-        message_max_bytes=_int(props, "message.max.bytes", 0),
-        socket_request_max_bytes=_int(props, "socket.request.max.bytes", 1024),
+        num_partitions=props.get_int("num.partitions", min=1, max=100_000),
+        default_replication_factor=props.get_int("default.replication.factor", min=1, max=32_767),
+        auto_create_topics_enable=props.get_bool("auto.create.topics.enable"),
+        message_max_bytes=props.get_int("message.max.bytes", min=0),
+        socket_request_max_bytes=props.get_int("socket.request.max.bytes", min=1024),
         heartbeat_interval_ms=heartbeat,
         session_timeout_ms=session,
-        replica_lag_time_max_ms=_int(props, "replica.lag.time.max.ms", 1),
-        min_insync_replicas=_int(props, "min.insync.replicas", 1, 32_767),
-        rack=_get(props, "broker.rack"),
-        cluster_id=_get(props, "cluster.id") or "kraft-py",
-        replica_fetch_max_bytes=_int(props, "replica.fetch.max.bytes", 0),
-        replica_fetch_response_max_bytes=_int(props, "replica.fetch.response.max.bytes", 0),
-        replica_fetch_wait_max_ms=_int(props, "replica.fetch.wait.max.ms", 0),
-        replica_fetch_min_bytes=_int(props, "replica.fetch.min.bytes", 1),
-        replica_fetch_backoff_ms=_int(props, "replica.fetch.backoff.ms", 0),
-        replica_socket_timeout_ms=_int(props, "replica.socket.timeout.ms", 1),
-        hw_checkpoint_interval_ms=_int(props, "replica.high.watermark.checkpoint.interval.ms", 1),
-        request_timeout_ms=_int(props, "request.timeout.ms", 1),
-        controlled_shutdown_timeout_ms=_int(props, "controlled.shutdown.timeout.ms", 0),
+        replica_lag_time_max_ms=props.get_int("replica.lag.time.max.ms", min=1),
+        min_insync_replicas=props.get_int("min.insync.replicas", min=1, max=32_767),
+        rack=props.get_string("broker.rack"),
+        cluster_id=props.get_string("cluster.id") or "kraft-py",
+        replica_fetch_max_bytes=props.get_int("replica.fetch.max.bytes", min=0),
+        replica_fetch_response_max_bytes=props.get_int("replica.fetch.response.max.bytes", min=0),
+        replica_fetch_wait_max_ms=props.get_int("replica.fetch.wait.max.ms", min=0),
+        replica_fetch_min_bytes=props.get_int("replica.fetch.min.bytes", min=1),
+        replica_fetch_backoff_ms=props.get_int("replica.fetch.backoff.ms", min=0),
+        replica_socket_timeout_ms=props.get_int("replica.socket.timeout.ms", min=1),
+        hw_checkpoint_interval_ms=props.get_int(
+            "replica.high.watermark.checkpoint.interval.ms", min=1
+        ),
+        request_timeout_ms=props.get_int("request.timeout.ms", min=1),
+        controlled_shutdown_timeout_ms=props.get_int("controlled.shutdown.timeout.ms", min=0),
         group_config=_group_config(props),
-        offsets_topic_replication_factor=_int(props, "offsets.topic.replication.factor", 1, 32_767),
-        offsets_topic_segment_bytes=_int(props, "offsets.topic.segment.bytes", 1),
-        offsets_commit_timeout_ms=_int(props, "offsets.commit.timeout.ms", 1),
-        properties=dict(props),
+        offsets_topic_replication_factor=props.get_int(
+            "offsets.topic.replication.factor", min=1, max=32_767
+        ),
+        offsets_topic_segment_bytes=props.get_int("offsets.topic.segment.bytes", min=1),
+        offsets_commit_timeout_ms=props.get_int("offsets.commit.timeout.ms", min=1),
+        properties=props.values,
     )
 
 
-def _group_config(props: Mapping[str, str]) -> GroupConfig:
-    low = _int(props, "group.min.session.timeout.ms", 1)
-    high = _int(props, "group.max.session.timeout.ms", 1)
+def _group_config(props: Properties) -> GroupConfig:
+    low = props.get_int("group.min.session.timeout.ms", min=1)
+    high = props.get_int("group.max.session.timeout.ms", min=1)
     if low > high:
         raise ConfigError(
             f"group.min.session.timeout.ms ({low}) must not exceed "
             f"group.max.session.timeout.ms ({high})"
         )
     return GroupConfig(
-        num_partitions=_int(props, "offsets.topic.num.partitions", 1, 100_000),
+        num_partitions=props.get_int("offsets.topic.num.partitions", min=1, max=100_000),
         min_session_timeout_ms=low,
         max_session_timeout_ms=high,
-        initial_rebalance_delay_ms=_int(props, "group.initial.rebalance.delay.ms", 0),
-        max_size=_int(props, "group.max.size", 1),
-        offsets_retention_ms=_int(props, "offsets.retention.minutes", 1, 2**31 - 1) * 60_000,
-        retention_check_interval_ms=_int(props, "offsets.retention.check.interval.ms", 1),
-        offset_metadata_max_bytes=_int(props, "offset.metadata.max.bytes", 0),
+        initial_rebalance_delay_ms=props.get_int("group.initial.rebalance.delay.ms", min=0),
+        max_size=props.get_int("group.max.size", min=1),
+        offsets_retention_ms=props.get_int("offsets.retention.minutes", min=1) * 60_000,
+        retention_check_interval_ms=props.get_int("offsets.retention.check.interval.ms", min=1),
+        offset_metadata_max_bytes=props.get_int("offset.metadata.max.bytes", min=0),
     )
 
 

@@ -34,10 +34,14 @@ from kio.schema.types import BrokerId
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32, i64
 
+from broker.shutdownable import ShutdownableTask
+from common.api_keys import ApiKey
+from common.clock import SYSTEM_CLOCK, Clock
+from common.errors import Errors
+
 log = logging.getLogger("broker.fetcher")
 
 TP = tuple[str, int]
-FETCH_API_KEY = 1
 FETCH_VERSION = 15  # topic ids, last fetched epoch, diverging epoch, broker epoch (KIP-903)
 _SIZE = struct.Struct(">i")
 
@@ -122,7 +126,7 @@ def encode_fetch(
     _write_header(
         buf,
         RequestHeader(
-            request_api_key=i16(FETCH_API_KEY),
+            request_api_key=i16(ApiKey.FETCH),
             request_api_version=i16(FETCH_VERSION),
             correlation_id=i32(correlation_id),
             client_id=client_id,
@@ -168,39 +172,32 @@ class LeaderFetcher:
         target: ReplicaTarget,
         cfg: FetcherConfig,
         broker_epoch: Callable[[], int],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
         self.source_id = source_id
         self.target = target
         self.cfg = cfg
-        self.partitions: dict[TP, float] = {}  # tp -> loop time before which it rests
+        self.clock = clock
+        self.partitions: dict[TP, int] = {}  # tp -> clock ms before which it rests
         self.lock = asyncio.Lock()  # held while an answer is applied
         self._wake = asyncio.Event()
         self._correlation = itertools.count(1)
-        self._task: asyncio.Task[None] | None = None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._stopping = False
-        self.fetches = 0
+        self._loop = ShutdownableTask(f"fetcher-{source_id}", self._run)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.source_id}")
+        self._loop.start()
 
     def add(self, tps: Iterable[TP]) -> None:
         for tp in tps:
-            self.partitions[tp] = 0.0
+            self.partitions[tp] = 0
         self._wake.set()
 
     async def stop(self) -> None:
-        # The flag, not only the cancel: asyncio.wait_for on 3.11 can swallow a
-        # cancellation that races with the awaited call's own error.
-        self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        await self._loop.stop()
         self._close()
 
     def _close(self) -> None:
@@ -216,17 +213,17 @@ class LeaderFetcher:
             self._reader, self._writer = await asyncio.open_connection(*endpoint)
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+        clock = self.clock
         backoff = 0.05
-        while not self._stopping:
-            now = loop.time()
+        while not self._loop.stopping:
+            now = clock.monotonic_ms()
             ready: dict[TP, FollowerFetchState] = {}
             for tp, rest_until in self.partitions.items():
                 if rest_until <= now and (st := self.target.follower_fetch_state(tp)) is not None:
                     ready[tp] = st
             if not ready:
                 pending = [t for t in self.partitions.values() if t > now]
-                wait = min(pending) - now if pending else 1.0
+                wait = (min(pending) - now) / 1000 if pending else 1.0
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(max(0.01, wait)):
@@ -245,7 +242,7 @@ class LeaderFetcher:
                     backoff,
                 )
                 self._close()
-                await asyncio.sleep(backoff)
+                await clock.sleep(backoff)
                 backoff = min(self.cfg.backoff_ms / 1000, backoff * 2)
                 continue
             async with self.lock:
@@ -256,9 +253,9 @@ class LeaderFetcher:
                         code = await self.target.process_follower_data(tp, ready[tp], data)
                     except Exception:
                         log.exception("applying fetched data to %s-%d failed", *tp)
-                        code = -1
+                        code = Errors.UNKNOWN_SERVER_ERROR
                     if code:
-                        self.partitions[tp] = loop.time() + self.cfg.backoff_ms / 1000
+                        self.partitions[tp] = clock.monotonic_ms() + self.cfg.backoff_ms
 
     async def _fetch(self, ready: dict[TP, FollowerFetchState]) -> dict[TP, FollowerData]:
         if self._writer is None:
@@ -287,7 +284,6 @@ class LeaderFetcher:
             raise ConnectionError(f"correlation id {got} does not match {cid}")
         if error:
             raise ConnectionError(f"broker {self.source_id} answered fetch with error {error}")
-        self.fetches += 1
         return answers
 
 
@@ -299,20 +295,15 @@ class FetcherManager:
         broker_id: int,
         cfg: FetcherConfig | None = None,
         broker_epoch: Callable[[], int] = lambda: -1,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.broker_id = broker_id
         self.cfg = cfg or FetcherConfig()
         self.broker_epoch = broker_epoch  # named in each fetch (KIP-903)
+        self.clock = clock
         self.target: ReplicaTarget | None = None
         self._fetchers: dict[int, LeaderFetcher] = {}
         self._source_of: dict[TP, int] = {}
-
-    @property
-    def fetchers(self) -> dict[int, LeaderFetcher]:
-        return dict(self._fetchers)
-
-    def source_of(self, tp: TP) -> int | None:
-        return self._source_of.get(tp)
 
     def add_partitions(self, leaders: dict[TP, int]) -> None:
         assert self.target is not None, "set FetcherManager.target first"
@@ -324,7 +315,7 @@ class FetcherManager:
             fetcher = self._fetchers.get(source)
             if fetcher is None:
                 fetcher = LeaderFetcher(
-                    self.broker_id, source, self.target, self.cfg, self.broker_epoch
+                    self.broker_id, source, self.target, self.cfg, self.broker_epoch, self.clock
                 )
                 self._fetchers[source] = fetcher
                 fetcher.start()

@@ -14,20 +14,16 @@ from dataclasses import dataclass, field
 from broker.fetcher import FollowerData, FollowerFetchState
 from broker.partition import AlterIsr, Partition
 from broker.producer_state import BatchHeader, ProducerStateError, ProducerStateManager
-from broker.runtime import FetchResult, ListOffsetResult, ProduceResult
+from broker.results import FetchResult, ListOffsetResult, ProduceResult
+from common.errors import Errors
 from metadata_log.image import PartitionRegistration
 from storage.epoch_cache import UNDEFINED_EPOCH
 from storage.log import Log
-from storage.log_types import OffsetOutOfRangeError, UnexpectedAppendOffsetError
-from storage.record_batch import RecordBatchError, RecordBatchView, iter_batches
+from storage.log_types import FetchDataInfo, OffsetOutOfRangeError, UnexpectedAppendOffsetError
+from storage.record_batch import CheckedBatch, RecordBatchError, RecordBatchView, iter_batches
 
 log = logging.getLogger("broker.replica_manager")
 
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-NOT_LEADER_OR_FOLLOWER = 6
-NOT_ENOUGH_REPLICAS = 19
-KAFKA_STORAGE_ERROR = 56
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
@@ -87,9 +83,6 @@ class HostedPartition:
 
     # -- roles --------------------------------------------------------------------------------
 
-    def start_leader_epoch(self, leader_epoch: int) -> None:
-        start_leader_epoch(self.log, leader_epoch)
-
     def install(self, reg: PartitionRegistration, now_ms: int) -> bool:
         """Take the role `reg` gives this broker (after `start_leader_epoch` when it
         leads). Returns whether we start leading a new epoch. Pending produces that
@@ -105,56 +98,59 @@ class HostedPartition:
             failed = core.make_follower(
                 reg.replicas, reg.isr, reg.leader, reg.leader_epoch, reg.partition_epoch, leo
             )
-            finish(failed, NOT_LEADER_OR_FOLLOWER)
+            finish(failed, Errors.NOT_LEADER_OR_FOLLOWER)
         return new_epoch
 
     # -- leader side --------------------------------------------------------------------------
 
     def produce(
-        self, records: bytes, acks: int, min_isr: int, token: asyncio.Future[int]
+        self, batches: list[CheckedBatch], acks: int, min_isr: int, token: asyncio.Future[int]
     ) -> tuple[ProduceResult, int | None]:
-        """A produce on the leader: `min.insync.replicas` for acks=all
-        (NOT_ENOUGH_REPLICAS before appending), the append, then for acks=all the wait
-        for the HW. Returns the result and, when it must wait, the offset the HW must
-        reach (`token` completes then, with its code); None: answer now."""
+        """A produce on the leader (`batches` checked at the edge, `acks` one of 0, 1,
+        -1): `min.insync.replicas` for acks=all (NOT_ENOUGH_REPLICAS before appending),
+        the append, then for acks=all the wait for the HW. Returns the result and, when
+        it must wait, the offset the HW must reach (`token` completes then, with its
+        code); None: answer now."""
         if acks == -1 and len(self.core.isr) < min_isr:
             return ProduceResult(
-                NOT_ENOUGH_REPLICAS,
+                Errors.NOT_ENOUGH_REPLICAS,
                 error_message=f"ISR {list(self.core.isr)} is smaller than "
                 f"min.insync.replicas={min_isr}",
             ), None
-        result, last_offset = self.append_as_leader(records)
-        if result.error_code != NONE or acks != -1:
+        result, last_offset = self.append_as_leader(batches)
+        if result.error_code != Errors.NONE or acks != -1:
             return result, None
         code = self.core.add_pending(last_offset + 1, min_isr, token)
         if code is None:
             return result, last_offset + 1
-        return (result if code == NONE else ProduceResult(code)), None
+        return (result if code == Errors.NONE else ProduceResult(code)), None
 
-    def append_as_leader(self, records: bytes) -> tuple[ProduceResult, int]:
+    def append_as_leader(self, batches: list[CheckedBatch]) -> tuple[ProduceResult, int]:
         """Check idempotence, append at our leader epoch, move the HW where the ISR
         allows. Returns the result and the last offset of the batches (a duplicate's
-        original ones), for acks=all to wait on."""
-        headers = [BatchHeader.of(v) for v in iter_batches(records)]
+        original ones), for acks=all to wait on. The producer-state checks and the log
+        use the header fields read when the batches were checked."""
+        headers = [BatchHeader.of_fields(b.fields) for b in batches]
         try:
             dup = self.producers.check(headers)
         except ProducerStateError as exc:
             return ProduceResult(exc.error_code, error_message=str(exc)), -1
         lg = self.log
         if dup is not None:  # a retry of a batch we have: its original offsets
-            return ProduceResult(NONE, dup.first_offset, -1, lg.log_start_offset), dup.last_offset
+            result = ProduceResult(Errors.NONE, dup.first_offset, -1, lg.log_start_offset)
+            return result, dup.last_offset
         try:
-            info = lg.append_as_leader(records, self.core.leader_epoch)
-        except RecordBatchError as exc:
+            info = lg.append_checked_as_leader(batches, self.core.leader_epoch)
+        except RecordBatchError as exc:  # too large for max.message.bytes, segment.bytes
             return ProduceResult(exc.error_code, error_message=str(exc)), -1
         except OSError as exc:  # never UNKNOWN_SERVER_ERROR: clients retry it into duplicates
             log.error("append to %s failed: %r", self.name, exc)
-            return ProduceResult(KAFKA_STORAGE_ERROR, error_message=str(exc)), -1
+            return ProduceResult(Errors.KAFKA_STORAGE_ERROR, error_message=str(exc)), -1
         self.producers.record(headers, info.first_offset)
         finish_acks(self.core.on_leader_append(lg.log_end_offset))
         self.wake()
         result = ProduceResult(
-            NONE, info.first_offset, info.log_append_time_ms, info.log_start_offset
+            Errors.NONE, info.first_offset, info.log_append_time_ms, info.log_start_offset
         )
         return result, info.last_offset
 
@@ -181,20 +177,23 @@ class HostedPartition:
         now_ms: int,
         registered_epoch: int | None,
         broker_epoch: int = -1,
+        found: FetchDataInfo | None = None,
     ) -> tuple[FetchResult, AlterIsr | None]:
         """A follower's fetch, on the leader: the divergence check (KIP-320), then its
         position (HW, ISR lag), then our log up to the LEO. Also returns the ISR
         expansion to propose when this fetch made the follower eligible
         (`registered_epoch`: the follower's broker epoch in the metadata image, None
         when it is fenced or shutting down; `broker_epoch`: the one its fetch named,
-        KIP-903, -1 for none)."""
+        KIP-903, -1 for none). `found`: this very read, already made by a long-poll's
+        wait (`read_for_follower`), so the log is not read twice."""
         core, lg = self.core, self.log
         if replica_id not in core.replicas or core.is_stale_fetch(replica_id, broker_epoch):
-            return FetchResult(NOT_LEADER_OR_FOLLOWER), None
+            return FetchResult(Errors.NOT_LEADER_OR_FOLLOWER), None
         hw = core.high_watermark
         diverging = self.diverging(fetch_offset, last_fetched_epoch)
         if diverging is not None:
-            return FetchResult(NONE, hw, hw, lg.log_start_offset, diverging_epoch=diverging), None
+            lso = lg.log_start_offset
+            return FetchResult(Errors.NONE, hw, hw, lso, diverging_epoch=diverging), None
         expand = None
         if lg.log_start_offset <= fetch_offset <= lg.log_end_offset:
             leo = lg.log_end_offset
@@ -203,29 +202,38 @@ class HostedPartition:
                 self.wake()
             expand = core.maybe_expand_isr(replica_id, registered_epoch)
         try:
-            data = lg.read(fetch_offset, max(0, max_bytes))
+            data = self.read_for_follower(fetch_offset, max_bytes) if found is None else found
         except OffsetOutOfRangeError:
             hw = core.high_watermark
-            return FetchResult(OFFSET_OUT_OF_RANGE, hw, hw, lg.log_start_offset), expand
+            return FetchResult(Errors.OFFSET_OUT_OF_RANGE, hw, hw, lg.log_start_offset), expand
         hw = core.high_watermark
-        return FetchResult(NONE, hw, hw, lg.log_start_offset, data.records), expand
+        return FetchResult(Errors.NONE, hw, hw, lg.log_start_offset, data.records), expand
+
+    def read_for_follower(self, fetch_offset: int, max_bytes: int) -> FetchDataInfo:
+        """What a follower's fetch reads: our log up to the LEO."""
+        return self.log.read(fetch_offset, max(0, max_bytes))
+
+    def read_for_consumer(self, fetch_offset: int, max_bytes: int) -> FetchDataInfo:
+        """What a consumer's fetch reads: our log up to the HW."""
+        return self.log.read(fetch_offset, max(0, max_bytes), max_offset=self.core.high_watermark)
 
     def list_offset(self, timestamp: int) -> ListOffsetResult:
         """ListOffsets as leader: -1 latest (the HW), -2 earliest, -3 max timestamp,
         else the first record at or after `timestamp`, below the HW."""
         core, lg = self.core, self.log
         if timestamp == LATEST:
-            return ListOffsetResult(NONE, -1, core.high_watermark, core.leader_epoch)
+            return ListOffsetResult(Errors.NONE, -1, core.high_watermark, core.leader_epoch)
         if timestamp == EARLIEST:
             start = lg.log_start_offset
-            return ListOffsetResult(NONE, -1, start, lg.leader_epoch_cache.epoch_for_offset(start))
+            epoch = lg.leader_epoch_cache.epoch_for_offset(start)
+            return ListOffsetResult(Errors.NONE, -1, start, epoch)
         if timestamp == MAX_TIMESTAMP:
             found = lg.max_timestamp_and_offset()
         else:
             found = lg.offset_for_timestamp(timestamp) if timestamp >= 0 else None
         if found is None or found.offset >= core.high_watermark:
-            return ListOffsetResult(NONE, -1, -1, -1)
-        return ListOffsetResult(NONE, found.timestamp, found.offset, found.leader_epoch)
+            return ListOffsetResult(Errors.NONE, -1, -1, -1)
+        return ListOffsetResult(Errors.NONE, found.timestamp, found.offset, found.leader_epoch)
 
     # -- follower side ------------------------------------------------------------------------
 
@@ -243,7 +251,7 @@ class HostedPartition:
         """Apply the leader's answer to the fetch we sent as `sent` (truncations, which
         may delete files, in a thread). Returns its error code (non-zero: the fetcher
         backs off this partition until metadata catches up)."""
-        if data.diverging_epoch is not None or data.error_code == OFFSET_OUT_OF_RANGE:
+        if data.diverging_epoch is not None or data.error_code == Errors.OFFSET_OUT_OF_RANGE:
             return await asyncio.to_thread(self.apply_leader_answer_now, sent, data)
         return self.apply_leader_answer_now(sent, data)
 
@@ -254,18 +262,18 @@ class HostedPartition:
         if now.leader_epoch != sent.leader_epoch or now.fetch_offset != sent.fetch_offset:
             # Our log or leader moved while the request was out (a truncation, a new
             # epoch): the answer is about a state we left. Kafka's fetcher drops it too.
-            return 0
-        if data.error_code == OFFSET_OUT_OF_RANGE:
+            return Errors.NONE
+        if data.error_code == Errors.OFFSET_OUT_OF_RANGE:
             if data.log_start_offset > lg.log_end_offset:
                 self._restart_at(data.log_start_offset)
             else:  # ahead of the leader: back to what was committed
                 self._truncate(self.core.high_watermark)
-            return 0
+            return Errors.NONE
         if data.error_code:
             return data.error_code
         if data.diverging_epoch is not None:
             self._truncate(self._truncation_point(*data.diverging_epoch))
-            return 0
+            return Errors.NONE
         if data.records:
             try:
                 self._append(data.records)
@@ -283,7 +291,7 @@ class HostedPartition:
         if lg.log_start_offset < data.log_start_offset <= lg.log_end_offset:
             lg.delete_records_before(data.log_start_offset)
         self.core.on_follower_progress(data.high_watermark, lg.log_end_offset)
-        return 0
+        return Errors.NONE
 
     def _truncation_point(self, epoch: int, end_offset: int) -> int:
         """Where to cut our log given the leader's (epoch, end offset) for our last

@@ -91,8 +91,8 @@ async def run_broker(
                 config.node_id,
                 x.host,
                 x.port,
-                server.channel.broker_epoch,
-                server.image().offset,
+                server.lifecycle.broker_epoch,
+                server.replica_manager.image().offset,
                 len(server.replica_manager.partitions),
             )
             if on_ready is not None:
@@ -104,7 +104,7 @@ async def run_broker(
                 await startup
         log.info("broker stopping id=%d", config.node_id)
     finally:
-        if server.channel.broker_epoch >= 0 and not hard_stop.is_set():
+        if server.lifecycle.broker_epoch >= 0 and not hard_stop.is_set():
             controlled = asyncio.create_task(server.controlled_shutdown())
             abort = asyncio.create_task(hard_stop.wait())
             await asyncio.wait({controlled, abort}, return_when=asyncio.FIRST_COMPLETED)

@@ -89,6 +89,7 @@ class KafkaServer:
 
     @property
     def connection_count(self) -> int:
+        """Connections open now (what `max_connections` bounds)."""
         return len(self._connections)
 
     async def start(self) -> tuple[str, int]:
@@ -117,8 +118,9 @@ class KafkaServer:
         task = asyncio.current_task()
         assert task is not None
         peer = writer.get_extra_info("peername")
-        if self.max_connections is not None and len(self._connections) >= self.max_connections:
-            log.warning("refusing %s: %d connections already", peer, len(self._connections))
+        open_now = self.connection_count
+        if self.max_connections is not None and open_now >= self.max_connections:
+            log.warning("refusing %s: %d connections already", peer, open_now)
             writer.close()
             return
         self._connections.add(task)

@@ -45,15 +45,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from common.errors import Errors
+
 NO_LEADER = -1
 UNKNOWN_OFFSET = -1
 
-NONE = 0
-NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
 # AlterPartition answers that say the change was not applied (Kafka resets on these).
-NOT_APPLIED = frozenset({55, 107})  # OPERATION_NOT_ATTEMPTED, INELIGIBLE_REPLICA
+NOT_APPLIED = frozenset({Errors.OPERATION_NOT_ATTEMPTED, Errors.INELIGIBLE_REPLICA})
 # Answers that say our state is stale: the metadata log is bringing a newer one.
-WAIT_FOR_METADATA = frozenset({3, 42, 74, 77, 108})
+WAIT_FOR_METADATA = frozenset(
+    {
+        Errors.UNKNOWN_TOPIC_OR_PARTITION,
+        Errors.INVALID_REQUEST,
+        Errors.FENCED_LEADER_EPOCH,
+        Errors.STALE_BROKER_EPOCH,
+        Errors.NEW_LEADER_ELECTED,
+    }
+)
 
 T = TypeVar("T")
 
@@ -124,9 +132,6 @@ class Partition(Generic[T]):
         if self.pending_isr is None:
             return self.isr
         return self.isr + tuple(r for r in self.pending_isr.new_isr if r not in self.isr)
-
-    def remote(self, replica_id: int) -> ReplicaState | None:
-        return self._remote.get(replica_id)
 
     # -- leadership ----------------------------------------------------------------------------
 
@@ -267,11 +272,13 @@ class Partition(Generic[T]):
         """What a produce that timed out waiting for the HW answers: too few replicas
         to ever complete it, or plainly too slow."""
         if len(self.maximal_isr) < min_isr:
-            return NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            return Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return request_timed_out
 
     def _ack_code(self, min_isr: int) -> int:
-        return NONE if len(self.maximal_isr) >= min_isr else NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        if len(self.maximal_isr) >= min_isr:
+            return Errors.NONE
+        return Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
     def _complete(self) -> list[tuple[T, int]]:
         done: list[tuple[T, int]] = []
@@ -284,10 +291,6 @@ class Partition(Generic[T]):
         out = [e[3] for e in sorted(self._pending, key=lambda e: (e[0], e[1]))]
         self._pending = []
         return out
-
-    @property
-    def pending_count(self) -> int:
-        return len(self._pending)
 
     # -- ISR changes ------------------------------------------------------------------------------
 
@@ -362,7 +365,7 @@ class Partition(Generic[T]):
         sent again. An answer to a proposal already ended changes nothing."""
         if self.pending_isr is not sent:
             return []
-        if error_code == NONE:
+        if error_code == Errors.NONE:
             self.pending_isr = None
             if (
                 self.is_leader

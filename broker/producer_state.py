@@ -19,13 +19,11 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from storage.record_batch import NO_PRODUCER_ID, RecordBatchView, header_fields
+from common.errors import Errors
+from storage.record_batch import CONTROL_MASK, NO_PRODUCER_ID, RecordBatchView, header_fields
 
 MAX_BATCHES_PER_PRODUCER = 5  # Kafka's max.in.flight.requests.per.connection bound
 INT32_MAX = 2**31 - 1
-
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-INVALID_PRODUCER_EPOCH = 47
 
 
 class ProducerStateError(Exception):
@@ -75,10 +73,15 @@ class BatchHeader:
 
     @classmethod
     def of(cls, view: RecordBatchView) -> BatchHeader:
-        f = header_fields(view.buf, view.pos)
+        """From a batch not checked on the way in (our own log's, on a rebuild)."""
+        return cls.of_fields(header_fields(view.buf, view.pos))
+
+    @classmethod
+    def of_fields(cls, f: tuple) -> BatchHeader:
+        """From the header fields `validate_batch` already read (`CheckedBatch.fields`)."""
         # (base, length, epoch, magic, crc, attributes, last_delta, base_ts, max_ts,
         #  producer id, producer epoch, base sequence, count)
-        return cls(f[9], f[10], f[11], f[6], f[0], bool(f[5] & 0x20))
+        return cls(f[9], f[10], f[11], f[6], f[0], bool(f[5] & CONTROL_MASK))
 
     @property
     def is_idempotent(self) -> bool:
@@ -104,12 +107,6 @@ class ProducerStateManager:
     def __init__(self) -> None:
         self._producers: dict[int, ProducerEntry] = {}
 
-    def __len__(self) -> int:
-        return len(self._producers)
-
-    def entry(self, producer_id: int) -> ProducerEntry | None:
-        return self._producers.get(producer_id)
-
     def check(self, headers: list[BatchHeader]) -> BatchMetadata | None:
         """Validate a leader append. Returns the original batch when the append is a
         retry of one already written (Kafka answers the whole request with it), None
@@ -131,20 +128,20 @@ class ProducerStateManager:
                 continue  # unknown producer: any sequence is accepted
             if h.producer_epoch < epoch:
                 raise ProducerStateError(
-                    INVALID_PRODUCER_EPOCH,
+                    Errors.INVALID_PRODUCER_EPOCH,
                     f"producer {h.producer_id} epoch {h.producer_epoch} is older than "
                     f"the current epoch {epoch}",
                 )
             if h.producer_epoch > epoch:
                 if h.base_sequence != 0:
                     raise ProducerStateError(
-                        OUT_OF_ORDER_SEQUENCE_NUMBER,
+                        Errors.OUT_OF_ORDER_SEQUENCE_NUMBER,
                         f"producer {h.producer_id}: a new epoch {h.producer_epoch} must start "
                         f"at sequence 0, got {h.base_sequence}",
                     )
             elif not _in_sequence(last, h.base_sequence):
                 raise ProducerStateError(
-                    OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    Errors.OUT_OF_ORDER_SEQUENCE_NUMBER,
                     f"producer {h.producer_id} epoch {epoch}: expected sequence "
                     f"{increment_sequence(last, 1)}, got {h.base_sequence}",
                 )

@@ -19,44 +19,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.alter_partition import AlterPartitionManager
 from broker.config import BrokerConfig, describe_topic_configs
-from broker.controller_channel import MetadataUpdate
 from broker.fetcher import FetcherManager, FollowerData, FollowerFetchState
 from broker.hosted import HostedPartition, finish, log_headers, start_leader_epoch
+from broker.metadata_publisher import LoaderManifest
 from broker.partition import NO_LEADER, AlterIsr, Partition
 from broker.producer_state import ProducerStateManager
-from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from broker.results import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from common.clock import SYSTEM_CLOCK, Clock
+from common.errors import Errors
+from metadata_log.delta import MetadataDelta
 from metadata_log.image import MetadataImage, PartitionRegistration
 from metadata_log.records import TOPIC_RESOURCE
 from storage.checkpoint import PARTITION_METADATA, CheckpointError, write_partition_metadata
 from storage.config import ConfigError, LogConfig
 from storage.log import Log
 from storage.log_manager import LogManager
-from storage.log_types import OffsetOutOfRangeError
+from storage.log_types import FetchDataInfo, OffsetOutOfRangeError
+from storage.record_batch import CheckedBatch
 
 log = logging.getLogger("broker.replica_manager")
 
 TP = tuple[str, int]
-
-# Kafka error codes answered here.
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-INVALID_REQUIRED_ACKS = 21
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
-
-
-def monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 @dataclass(eq=False)
@@ -78,7 +66,7 @@ class ReplicaManager:
         *,
         fetchers: FetcherManager | None = None,
         alter_partitions: AlterPartitionManager | None = None,
-        clock_ms: Callable[[], int] = monotonic_ms,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
         self.broker_id = config.node_id
@@ -86,7 +74,7 @@ class ReplicaManager:
         self.fetchers = fetchers
         # None (unit tests without a controller): the ISR stays as the metadata says.
         self.alter_partitions = alter_partitions
-        self._clock_ms = clock_ms
+        self._clock_ms = clock.monotonic_ms
         self._image = MetadataImage()
         self._partitions: dict[TP, HostedPartition] = {}
         self._file_work: asyncio.Future[int] | None = None  # a metadata update's file step
@@ -120,10 +108,13 @@ class ReplicaManager:
 
     # -- metadata ----------------------------------------------------------------------------
 
-    async def apply_update(self, update: MetadataUpdate) -> None:
-        """Apply one metadata update; the controller channel awaits it before the next."""
-        old, new, snapshot = update.old, update.image, update.snapshot
-        changes = update.delta.local_changes(self.broker_id)
+    async def on_metadata_update(
+        self, delta: MetadataDelta, image: MetadataImage, manifest: LoaderManifest
+    ) -> None:
+        """MetadataPublisher: apply one metadata update (the loader awaits it before the
+        next, and before the publishers after us see it)."""
+        old, new, snapshot = manifest.previous, image, manifest.snapshot
+        changes = delta.local_changes(self.broker_id)
         targets = {**changes.leaders, **changes.followers}
         deletes = {tp for tp in changes.deletes if tp not in targets}
         for tp, h in self._partitions.items():
@@ -162,7 +153,7 @@ class ReplicaManager:
             self._install(deletes, plans, heavy, new)
         self._update_configs(old, new)
         if failed:
-            # The channel retries the update (from a snapshot): the failed ones again.
+            # The loader retries the update (from a snapshot): the failed ones again.
             raise RuntimeError(f"{failed} replicas could not be prepared (see above)")
 
     def _needs_transition(self, pl: _Plan) -> bool:
@@ -232,7 +223,7 @@ class ReplicaManager:
         for tp in deletes:
             h = self._partitions.pop(tp, None)
             if h is not None:
-                finish(h.core.drain_pending(), NOT_LEADER_OR_FOLLOWER)
+                finish(h.core.drain_pending(), Errors.NOT_LEADER_OR_FOLLOWER)
                 h.wake()
         heavy_ids = {id(pl) for pl in heavy}
         new_followers: dict[TP, int] = {}
@@ -288,8 +279,8 @@ class ReplicaManager:
     def _lookup_error(self, topic: str, partition: int) -> int:
         t = self._image.topic_by_name(topic)
         if t is None or partition not in t.partitions:
-            return UNKNOWN_TOPIC_OR_PARTITION
-        return NOT_LEADER_OR_FOLLOWER
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION
+        return Errors.NOT_LEADER_OR_FOLLOWER
 
     def _leader(
         self, topic: str, partition: int, current_leader_epoch: int
@@ -299,12 +290,12 @@ class ReplicaManager:
         if h is None or h.transitioning:
             return self._lookup_error(topic, partition)
         if not h.core.is_leader:
-            return NOT_LEADER_OR_FOLLOWER
+            return Errors.NOT_LEADER_OR_FOLLOWER
         if current_leader_epoch >= 0:
             if current_leader_epoch < h.core.leader_epoch:
-                return FENCED_LEADER_EPOCH
+                return Errors.FENCED_LEADER_EPOCH
             if current_leader_epoch > h.core.leader_epoch:
-                return UNKNOWN_LEADER_EPOCH
+                return Errors.UNKNOWN_LEADER_EPOCH
         return h
 
     def _min_isr(self, topic: str) -> int:
@@ -317,16 +308,24 @@ class ReplicaManager:
     # -- produce ---------------------------------------------------------------------------------
 
     async def produce(
-        self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int
+        self,
+        topic: str,
+        partition: int,
+        batches: list[CheckedBatch],
+        acks: int,
+        timeout_ms: int,
     ) -> ProduceResult:
-        if acks not in (0, 1, -1):
-            return ProduceResult(INVALID_REQUIRED_ACKS, error_message=f"acks={acks}")
+        """Append as leader. The caller checked the request at the edge: `batches` are
+        `validate_records`' answer (header parsed, CRC checked, once) and `acks` is one
+        of 0, 1, -1. acks=0/1 answer after the local append; acks=-1 when the HW passes
+        the batch (or NOT_ENOUGH_REPLICAS / REQUEST_TIMED_OUT). Idempotent producers:
+        duplicates get their original offsets; gaps OUT_OF_ORDER_SEQUENCE_NUMBER."""
         h = self._leader(topic, partition, -1)
         if isinstance(h, int):
             return ProduceResult(h)
         min_isr = self._min_isr(topic)
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        result, required = h.produce(records, acks, min_isr, fut)
+        result, required = h.produce(batches, acks, min_isr, fut)
         if required is None:
             return result
         try:
@@ -334,15 +333,25 @@ class ReplicaManager:
         except TimeoutError:
             h.core.remove_pending(fut)
             return ProduceResult(
-                h.core.timeout_code(min_isr, REQUEST_TIMED_OUT),
+                h.core.timeout_code(min_isr, Errors.REQUEST_TIMED_OUT),
                 error_message=f"the HW did not reach {required} within {timeout_ms} ms "
                 f"(ISR {list(h.core.maximal_isr)}, min.insync.replicas={min_isr})",
             )
-        return result if code == NONE else ProduceResult(code)
+        return result if code == Errors.NONE else ProduceResult(code)
 
     # -- fetch -----------------------------------------------------------------------------------
 
-    def fetch(self, p: FetchPartition, replica_id: int, isolation_level: int) -> FetchResult:
+    def fetch(
+        self,
+        p: FetchPartition,
+        replica_id: int,
+        isolation_level: int,
+        found: FetchDataInfo | None = None,
+    ) -> FetchResult:
+        """Read from the log: consumers up to the HW, followers (replica_id >= 0) up to
+        the LEO, recording the follower's fetch offset for ISR/HW. `found`: this very
+        read as `wait_for_data` just made it (nothing ran since), used instead of
+        reading again."""
         h = self._leader(p.topic, p.partition, p.current_leader_epoch)
         if isinstance(h, int):
             return FetchResult(h)
@@ -356,19 +365,17 @@ class ReplicaManager:
                 self._clock_ms(),
                 self._image.usable_broker_epoch(replica_id) if self.alter_partitions else None,
                 p.replica_epoch,
+                found,
             )
             if expand is not None:
                 self._propose_isr(h, expand, "expanding")
             return result
+        hw = core.high_watermark
         try:
-            data = lg.read(p.fetch_offset, max(0, p.max_bytes), max_offset=core.high_watermark)
+            data = h.read_for_consumer(p.fetch_offset, p.max_bytes) if found is None else found
         except OffsetOutOfRangeError:
-            return FetchResult(
-                OFFSET_OUT_OF_RANGE, core.high_watermark, core.high_watermark, lg.log_start_offset
-            )
-        return FetchResult(
-            NONE, core.high_watermark, core.high_watermark, lg.log_start_offset, data.records
-        )
+            return FetchResult(Errors.OFFSET_OUT_OF_RANGE, hw, hw, lg.log_start_offset)
+        return FetchResult(Errors.NONE, hw, hw, lg.log_start_offset, data.records)
 
     async def wait_for_data(
         self,
@@ -376,38 +383,48 @@ class ReplicaManager:
         min_bytes: int,
         max_wait_ms: int,
         replica_id: int = -1,
-    ) -> None:
+    ) -> dict[FetchPartition, FetchDataInfo]:
         """Return once `min_bytes` could be read (consumers up to the HW, followers up to
-        the LEO), a partition has news to report (an error), or `max_wait_ms` passed."""
+        the LEO), a partition has news to report (an error), or `max_wait_ms` passed.
+
+        Returns the reads it made on its last look, each exactly what `fetch` would read
+        for that partition now: the caller hands them to `fetch` (`found`) instead of
+        reading the log again. Partitions it did not read (an error to report) are
+        missing."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0, max_wait_ms) / 1000
+        deadline_ms = self._clock_ms() + max(0, max_wait_ms)
+        follower = replica_id >= 0
         while True:
             hosted: list[HostedPartition] = []
+            found: dict[FetchPartition, FetchDataInfo] = {}
             available = 0
             for p in partitions:
                 h = self._leader(p.topic, p.partition, p.current_leader_epoch)
                 if isinstance(h, int):
-                    return  # an error to report at once
+                    return found  # an error to report at once
                 lg = h.log
                 if not lg.log_start_offset <= p.fetch_offset <= lg.log_end_offset:
-                    return
-                if replica_id >= 0 and h.diverging(p.fetch_offset, p.last_fetched_epoch):
-                    return
-                bound = lg.log_end_offset if replica_id >= 0 else h.core.high_watermark
-                if p.fetch_offset < bound and p.max_bytes > 0:
-                    want = max(1, min(p.max_bytes, min_bytes - available))
-                    available += lg.read(p.fetch_offset, want, max_offset=bound).size
+                    return found
+                if follower and h.diverging(p.fetch_offset, p.last_fetched_epoch):
+                    return found
+                if follower:
+                    data = h.read_for_follower(p.fetch_offset, p.max_bytes)
+                else:
+                    data = h.read_for_consumer(p.fetch_offset, p.max_bytes)
+                found[p] = data
+                if p.max_bytes > 0:  # a read of 0 bytes still gets a batch, but waits on
+                    available += data.size
                 hosted.append(h)
-            remaining = deadline - loop.time()
+            remaining = (deadline_ms - self._clock_ms()) / 1000
             if available >= min_bytes or remaining <= 0 or not hosted:
-                return
+                return found
             fut: asyncio.Future[None] = loop.create_future()
             for h in hosted:
                 h.waiters.add(fut)
             try:
                 await asyncio.wait_for(fut, remaining)
             except TimeoutError:
-                return
+                pass  # one last look, which is what the fetch answers with
             finally:
                 for h in hosted:
                     h.waiters.discard(fut)
@@ -458,7 +475,7 @@ class ReplicaManager:
         if isinstance(h, int):
             return h, -1, -1
         epoch, end = h.log.leader_epoch_cache.end_offset_for(leader_epoch, h.log.log_end_offset)
-        return NONE, epoch, end
+        return Errors.NONE, epoch, end
 
     def topic_configs(self, topic: str) -> dict[str, tuple[str, bool]] | None:
         if self._image.topic_by_name(topic) is None:
@@ -489,7 +506,7 @@ class ReplicaManager:
     ) -> int:
         h = self._partitions.get(tp)
         if h is None or h.transitioning or h.core.is_leader:
-            return NONE
+            return Errors.NONE
         return await h.apply_leader_answer(sent, data)
 
     # -- shutdown --------------------------------------------------------------------------------
@@ -519,5 +536,5 @@ class ReplicaManager:
     def shutdown(self) -> None:
         """Fail what waits (the listener is closed by now)."""
         for h in self._partitions.values():
-            finish(h.core.drain_pending(), NOT_LEADER_OR_FOLLOWER)
+            finish(h.core.drain_pending(), Errors.NOT_LEADER_OR_FOLLOWER)
             h.wake()

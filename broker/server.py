@@ -1,6 +1,7 @@
-"""One broker, assembled: storage, the controller channel, the replica manager, the
-follower fetchers and the Kafka listener. `BrokerServer` is the `BrokerRuntime` the
-protocol handlers see.
+"""One broker, assembled: storage, the controller channel, the broker lifecycle, the
+metadata loader and its publishers, the replica manager, the follower fetchers, the group
+coordinator, the admin facade and the Kafka listener, whose handlers (`KafkaApis`) call
+those parts directly; all on one clock.
 
 Start-up (as Kafka's BrokerServer): open and recover the logs, register, catch up with
 the metadata log up to our registration (which creates our replicas), open the Kafka
@@ -16,47 +17,48 @@ import asyncio
 import contextlib
 import logging
 
+from broker.admin import Admin
 from broker.alter_partition import AlterPartitionManager
 from broker.apis import KafkaApis
 from broker.config import BrokerConfig
-from broker.controller_channel import (
-    ControllerChannel,
-    ControllerError,
-    ControllerUnavailable,
-    MetadataUpdate,
-)
+from broker.controller_channel import ControllerChannel
 from broker.fetcher import FetcherConfig, FetcherManager
-from broker.group.manager import OFFSETS_TOPIC, GroupCoordinator
+from broker.group.manager import GroupCoordinator
+from broker.lifecycle import BrokerLifecycleManager
+from broker.metadata_loader import MetadataLoader
 from broker.network import KafkaServer
 from broker.replica_manager import ReplicaManager
-from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
-from metadata_log.controller_api import (
-    CreatableTopic,
-    CreatableTopicResult,
-    CreatePartitionsRequest,
-    CreatePartitionsResponse,
-    CreateTopicsRequest,
-    CreateTopicsResponse,
-    DeleteTopicsRequest,
-    DeleteTopicsResponse,
-    Errors,
-    TopicResult,
-)
-from metadata_log.image import MetadataImage
+from common.clock import SYSTEM_CLOCK, Clock
 from metadata_log.records import Endpoint
 from storage.log_manager import LogManager
 
 log = logging.getLogger("broker.server")
 
-COORDINATOR_LOAD_IN_PROGRESS = 14  # what Kafka answers while it has no producer id block
-
 
 class BrokerServer:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
         self.broker_id = config.node_id
         self.cluster_id = config.cluster_id
+        self.clock = clock  # the one clock every asyncio shell below reads and sleeps on
         self.log_manager = LogManager(config.log_dirs, config.log_config, config.log_manager_config)
+        self.channel = ControllerChannel(
+            config.node_id,
+            list(config.controller_endpoints.values()),
+            request_timeout_ms=config.request_timeout_ms,
+            clock=clock,
+        )
+        self.lifecycle = BrokerLifecycleManager(
+            self.channel,
+            [
+                Endpoint(x.name, x.host, x.port, x.security_protocol)
+                for x in config.advertised_listeners
+            ],
+            rack=config.rack,
+            heartbeat_interval_ms=config.heartbeat_interval_ms,
+            clock=clock,
+        )
+        self.loader = MetadataLoader(self.channel, clock=clock)
         self.fetchers = FetcherManager(
             config.node_id,
             FetcherConfig(
@@ -67,40 +69,53 @@ class BrokerServer:
                 backoff_ms=config.replica_fetch_backoff_ms,
                 socket_timeout_ms=config.replica_socket_timeout_ms,
             ),
-            broker_epoch=lambda: self.channel.broker_epoch,
-        )
-        self.channel = ControllerChannel(
-            config.node_id,
-            list(config.controller_endpoints.values()),
-            [
-                Endpoint(x.name, x.host, x.port, x.security_protocol)
-                for x in config.advertised_listeners
-            ],
-            rack=config.rack,
-            heartbeat_interval_ms=config.heartbeat_interval_ms,
-            request_timeout_ms=config.request_timeout_ms,
+            broker_epoch=lambda: self.lifecycle.broker_epoch,
+            clock=clock,
         )
         self.alter_partitions = AlterPartitionManager(
-            config.node_id, self.channel.alter_partition, lambda: self.channel.broker_epoch
+            config.node_id, self.channel.alter_partition, lambda: self.lifecycle.broker_epoch
         )
         self.replica_manager = ReplicaManager(
-            config, self.log_manager, fetchers=self.fetchers, alter_partitions=self.alter_partitions
+            config,
+            self.log_manager,
+            fetchers=self.fetchers,
+            alter_partitions=self.alter_partitions,
+            clock=clock,
         )
         self.fetchers.target = self.replica_manager
+        self.admin = Admin(
+            self.channel,
+            config,
+            self.replica_manager.topic_configs,
+            lambda: self.lifecycle.broker_epoch,
+        )
         self.groups = GroupCoordinator(
             config.group_config,
             self.replica_manager,
-            self._create_offsets_topic,
+            self.admin.create_offsets_topic,
             config.offsets_commit_timeout_ms,
+            clock=clock,
         )
-        self.channel.set_on_update(self._apply_update)
-        self.auto_create_topics_enable = config.auto_create_topics_enable
+        # Who sees each applied metadata batch, in this order (one line per publisher).
+        self.loader.publishers += [
+            self.replica_manager,  # first: the others read the replicas it made or dropped
+            self.groups,  # loads or drops the groups of the offsets partitions we lead
+            # (to come: the authorizer, dynamic configs, SCRAM credentials)
+            self.lifecycle,  # last: "caught up" must mean every publisher above applied it
+        ]
+        own = config.advertised(config.listener.name)
+        self.apis = KafkaApis(
+            config.node_id,
+            config.cluster_id,
+            config.listener.name,
+            self.replica_manager,
+            self.groups,
+            self.admin,
+            None if own is None else (own.host, own.port),
+        )
         self.listener: KafkaServer | None = None
         self._stop_tasks = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._pid_lock = asyncio.Lock()
-        self._pid_next = 0
-        self._pid_end = 0
         self._logs_open = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -110,10 +125,12 @@ class BrokerServer:
         await asyncio.to_thread(self.log_manager.startup)
         self._logs_open = True
         await self.channel.start()
-        await self.channel.wait_until_caught_up(float("inf"))
+        self.loader.start()
+        self.lifecycle.start()
+        await self.lifecycle.wait_until_caught_up(float("inf"))
         x = self.config.listener
         self.listener = KafkaServer(
-            KafkaApis(self).handle,
+            self.apis.handle,
             x.host,
             x.port,
             max_request_bytes=self.config.socket_request_max_bytes,
@@ -132,13 +149,13 @@ class BrokerServer:
                 self.replica_manager.run_isr_expiration(self._stop_tasks), name="isr-expiration"
             ),
         ]
-        self.channel.ready_to_unfence()
-        await self.channel.wait_until_unfenced(float("inf"))
+        self.lifecycle.ready_to_unfence()
+        await self.lifecycle.wait_until_unfenced(float("inf"))
 
     async def controlled_shutdown(self) -> None:
         """Hand our leaderships over (the listener keeps serving meanwhile)."""
         timeout = self.config.controlled_shutdown_timeout_ms / 1000
-        if await self.channel.controlled_shutdown(timeout):
+        if await self.lifecycle.controlled_shutdown(timeout):
             log.info("controlled shutdown complete broker=%d", self.broker_id)
         else:
             log.warning("controlled shutdown timed out after %.0fs; stopping", timeout)
@@ -157,139 +174,12 @@ class BrokerServer:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        await self.channel.stop()
+        await self.loader.stop()
+        await self.lifecycle.stop()
+        await self.channel.close()
         await self.replica_manager.wait_file_work()
         if self._logs_open:
             with contextlib.suppress(OSError):
                 await self.replica_manager.checkpoint_high_watermarks()
             await asyncio.to_thread(self.log_manager.shutdown)
             self._logs_open = False
-
-    async def _apply_update(self, update: MetadataUpdate) -> None:
-        await self.replica_manager.apply_update(update)
-        self.groups.on_metadata()  # loads or drops the groups of offsets partitions
-
-    async def _create_offsets_topic(self) -> None:
-        """__consumer_offsets on first use, compacted, as Kafka creates it."""
-        cfg = self.config
-        topic = CreatableTopic(
-            name=OFFSETS_TOPIC,
-            num_partitions=cfg.group_config.num_partitions,
-            replication_factor=cfg.offsets_topic_replication_factor,
-            configs={
-                "cleanup.policy": "compact",
-                "segment.bytes": str(cfg.offsets_topic_segment_bytes),
-            },
-        )
-        resp = await self.create_topics(CreateTopicsRequest(topics=[topic]))
-        for r in resp.topics:
-            if r.error_code not in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS):
-                log.warning(
-                    "cannot create %s (offsets.topic.replication.factor=%d): error %d %s",
-                    OFFSETS_TOPIC,
-                    cfg.offsets_topic_replication_factor,
-                    r.error_code,
-                    r.error_message or "",
-                )
-
-    # -- BrokerRuntime: metadata -------------------------------------------------------------
-
-    def image(self) -> MetadataImage:
-        return self.replica_manager.image()
-
-    def advertised_endpoint(self, broker_id: int) -> tuple[str, int] | None:
-        name = self.config.listener.name
-        if broker_id == self.broker_id:
-            own = self.config.advertised(name)
-            if own is not None:
-                return own.host, own.port
-        b = self.image().brokers.get(broker_id)
-        if b is None:
-            return None
-        ep = b.endpoint(name)
-        return None if ep is None else (ep.host, ep.port)
-
-    # -- BrokerRuntime: data path --------------------------------------------------------------
-
-    async def produce(
-        self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int
-    ) -> ProduceResult:
-        return await self.replica_manager.produce(topic, partition, records, acks, timeout_ms)
-
-    def fetch(self, p: FetchPartition, replica_id: int, isolation_level: int) -> FetchResult:
-        return self.replica_manager.fetch(p, replica_id, isolation_level)
-
-    async def wait_for_data(
-        self,
-        partitions: list[FetchPartition],
-        min_bytes: int,
-        max_wait_ms: int,
-        replica_id: int = -1,
-    ) -> None:
-        await self.replica_manager.wait_for_data(partitions, min_bytes, max_wait_ms, replica_id)
-
-    def list_offset(
-        self, topic: str, partition: int, timestamp: int, current_leader_epoch: int
-    ) -> ListOffsetResult:
-        return self.replica_manager.list_offset(topic, partition, timestamp, current_leader_epoch)
-
-    def offset_for_leader_epoch(
-        self, topic: str, partition: int, leader_epoch: int, current_leader_epoch: int
-    ) -> tuple[int, int, int]:
-        return self.replica_manager.offset_for_leader_epoch(
-            topic, partition, leader_epoch, current_leader_epoch
-        )
-
-    async def init_producer_id(self) -> tuple[int, int, int]:
-        """A fresh producer id (epoch 0) from the block the controller gave us."""
-        async with self._pid_lock:
-            if self._pid_next >= self._pid_end:
-                try:
-                    resp = await self.channel.allocate_producer_ids()
-                except (ControllerError, ControllerUnavailable) as exc:
-                    log.info("no producer id block: %s", exc)
-                    return COORDINATOR_LOAD_IN_PROGRESS, -1, -1
-                if resp.error_code != Errors.NONE or resp.producer_id_len <= 0:
-                    return COORDINATOR_LOAD_IN_PROGRESS, -1, -1
-                self._pid_next = resp.producer_id_start
-                self._pid_end = resp.producer_id_start + resp.producer_id_len
-            pid = self._pid_next
-            self._pid_next += 1
-            return Errors.NONE, pid, 0
-
-    # -- BrokerRuntime: admin ------------------------------------------------------------------
-
-    async def create_topics(self, req: CreateTopicsRequest) -> CreateTopicsResponse:
-        try:
-            return await self.channel.create_topics(req)
-        except (ControllerError, ControllerUnavailable) as exc:
-            code, msg = _failure(exc)
-            return CreateTopicsResponse(
-                [CreatableTopicResult(t.name, code, error_message=msg) for t in req.topics]
-            )
-
-    async def delete_topics(self, req: DeleteTopicsRequest) -> DeleteTopicsResponse:
-        try:
-            return await self.channel.delete_topics(req)
-        except (ControllerError, ControllerUnavailable) as exc:
-            code, msg = _failure(exc)
-            return DeleteTopicsResponse([TopicResult(n, code, msg) for n in req.names])
-
-    async def create_partitions(self, req: CreatePartitionsRequest) -> CreatePartitionsResponse:
-        try:
-            return await self.channel.create_partitions(req)
-        except (ControllerError, ControllerUnavailable) as exc:
-            code, msg = _failure(exc)
-            return CreatePartitionsResponse([TopicResult(t.name, code, msg) for t in req.topics])
-
-    def broker_configs(self) -> dict[str, tuple[str, bool]]:
-        return self.config.described_configs()
-
-    def topic_configs(self, topic: str) -> dict[str, tuple[str, bool]] | None:
-        return self.replica_manager.topic_configs(topic)
-
-
-def _failure(exc: Exception) -> tuple[int, str]:
-    if isinstance(exc, ControllerError):
-        return exc.error_code, exc.message
-    return Errors.REQUEST_TIMED_OUT, f"the controller did not answer in time: {exc}"

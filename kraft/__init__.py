@@ -1,1 +1,2 @@
-"""Controller quorum (KRaft-style metadata log on Raft) and the `kraft` command line."""
+"""Controller quorum (KRaft-style metadata log on Raft); the `kraft` command line is in
+kraft/tools/."""

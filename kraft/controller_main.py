@@ -3,7 +3,7 @@ HTTP API, on one asyncio event loop.
 
     python -m kraft.controller_main --config controller.properties [--override k=v ...]
 
-(`kraft controller` in kraft/cli.py calls `main`). SIGTERM and SIGINT stop it cleanly:
+(`kraft controller` in kraft/tools/cli.py calls `main`). SIGTERM and SIGINT stop it cleanly:
 the HTTP listener closes, the node stops deciding, pysyncobj flushes its journal.
 Durability is pysyncobj's: it never fsyncs, so a committed write survives the crash of
 any process (or of all of them), but not a majority of machines losing power at once.

@@ -1,12 +1,25 @@
-"""What every controller decision returns, and the controller's own settings."""
+"""What every controller decision returns, and the controller's own settings.
+
+A decision is a value, as Kafka's `ControllerResult`: the records to append and the
+response to give once they commit. It holds no code, so a simulation can compare, log or
+replay decisions, and the node that appends them needs to know nothing of the request.
+
+Two things are known only when the batch is applied, not when it is decided: the offset
+the state machine gives the first record (a registration's broker epoch is that offset,
+as in KRaft) and, when the batch does not apply (the image moved under the decision), the
+state machine's reason. `offset_field` and `error_field` name the response fields that
+take them.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kraft.state_machine import AppendResult
+import msgspec
+
+from kraft.state_machine import AppendResult, AppendStatus
 from metadata_log.records import Record
 
 
@@ -20,9 +33,41 @@ class ControllerConfig:
     unclean_leader_election: bool = False  # unclean.leader.election.enable (cluster default)
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Decision:
-    """Records to append, and how to answer once the append's outcome is known."""
+    """Records to append, the response once they commit (or at once when there are none),
+    and the response when the batch did not apply."""
 
-    records: list[Record]
-    respond: Callable[[AppendResult | None], Any]
+    records: tuple[Record, ...] = ()
+    response: Any = None
+    failure: Any = None
+    offset_field: str | None = None  # response field set to the batch's first offset
+    error_field: str | None = None  # failure field set to the state machine's error
+
+    @classmethod
+    def answer(cls, response: Any) -> Decision:
+        """No records: the response is the whole decision (a refusal, or a no-op)."""
+        return cls((), response)
+
+    def plus(self, records: Iterable[Record]) -> Decision:
+        """The same decision with more records in its batch (e.g. the partition changes a
+        broker's fencing causes)."""
+        return Decision(
+            self.records + tuple(records),
+            self.response,
+            self.failure,
+            self.offset_field,
+            self.error_field,
+        )
+
+    def respond(self, result: AppendResult | None) -> Any:
+        """The answer, given the append's outcome (None: nothing was appended)."""
+        if result is not None and result.status != AppendStatus.OK:
+            if self.error_field is None:
+                return self.failure
+            return msgspec.structs.replace(self.failure, **{self.error_field: result.error})
+        if result is not None and self.offset_field is not None:
+            return msgspec.structs.replace(
+                self.response, **{self.offset_field: result.first_offset}
+            )
+        return self.response

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
+from common.errors import Errors
 from kraft.service import ControllerApiError, ControllerService, NotActiveController
 from metadata_log.controller_api import (
     AllocateProducerIdsRequest,
@@ -36,7 +37,6 @@ from metadata_log.controller_api import (
     DeleteTopicsRequest,
     ElectLeadersRequest,
     ErrorResponse,
-    Errors,
     IncrementalAlterConfigsRequest,
     LogEntry,
     LogResponse,

@@ -19,11 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+import uuid
+from typing import Any
 
-from kraft.controller import Decision, QuorumController
+from common.clock import SYSTEM_CLOCK, Clock
+from common.errors import Errors
+from kraft.controller import QuorumController
 from kraft.controller_config import ControllerNodeConfig
 from kraft.quorum import Quorum, QuorumError
 from kraft.service import ControllerApiError, NotActiveController
@@ -45,7 +46,6 @@ from metadata_log.controller_api import (
     DeleteTopicsResponse,
     ElectLeadersRequest,
     ElectLeadersResponse,
-    Errors,
     IncrementalAlterConfigsRequest,
     QuorumStatus,
 )
@@ -53,12 +53,6 @@ from metadata_log.image import MetadataImage
 from metadata_log.records import ControllerEpochRecord, NoOpRecord, Record
 
 log = logging.getLogger("kraft.node")
-R = TypeVar("R")
-
-
-def monotonic_ms() -> int:
-    # Session deadlines live only in the active controller's memory: a monotonic clock.
-    return int(time.monotonic() * 1000)
 
 
 class ControllerNode:
@@ -73,16 +67,22 @@ class ControllerNode:
         tick_interval_s: float = 0.25,
         noop_interval_s: float = 5.0,
         write_timeout_s: float = 5.0,
-        clock_ms: Callable[[], int] = monotonic_ms,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
         self.quorum = quorum
-        self.controller = controller or QuorumController(config.controller_config())
+        # Topic ids are the one random thing the controller hands out: drawn here, in the
+        # shell, so the decisions stay deterministic for a given generator.
+        self.controller = controller or QuorumController(
+            config.controller_config(), new_topic_id=lambda: str(uuid.uuid4())
+        )
         self.tick_interval_s = tick_interval_s
         self.noop_interval_s = noop_interval_s
         self.write_timeout_s = write_timeout_s
-        self._clock_ms = clock_ms
+        # Session deadlines live only in the active controller's memory: the clock's
+        # monotonic milliseconds, never wall time.
+        self.clock = clock
         self._active_epoch: int | None = None  # term whose barrier committed, while leader
         self._lock = asyncio.Lock()  # one decide+append at a time
         self._wake = asyncio.Event()
@@ -128,8 +128,7 @@ class ControllerNode:
 
     async def _run(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.tick_interval_s)
+            await self._wake_or_tick()
             self._wake.clear()
             try:
                 await self._step()
@@ -137,6 +136,18 @@ class ControllerNode:
                 raise
             except Exception:  # one bad step must not end the loop that keeps us active
                 log.exception("controller step failed node=%d", self.node_id)
+
+    async def _wake_or_tick(self) -> None:
+        """Until a role change wakes us or a tick interval passes on the clock."""
+        if self._wake.is_set():
+            return
+        tick = asyncio.ensure_future(self.clock.sleep(self.tick_interval_s))
+        wake = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait((tick, wake), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            tick.cancel()
+            wake.cancel()
 
     async def _step(self) -> None:
         if self._active_epoch is not None and not self.active:
@@ -150,7 +161,7 @@ class ControllerNode:
             epoch = self._active_epoch
             if epoch is None or not self.active:
                 return
-            now = self._clock_ms()
+            now = self.clock.monotonic_ms()
             records = self.controller.tick(self.quorum.image(), now)
             if not records and now - self._last_append_ms >= self.noop_interval_s * 1000:
                 # Lets brokers tell a live log from a stale one.
@@ -183,7 +194,7 @@ class ControllerNode:
             if not (self.quorum.is_leader and self.quorum.term == term):
                 return  # lost the role while committing; whoever leads now claims
             self._active_epoch = term
-            self._last_append_ms = self._clock_ms()
+            self._last_append_ms = self.clock.monotonic_ms()
             self.controller.activate(self.quorum.image(), self._last_append_ms)
             self.activations += 1
             log.info(
@@ -213,7 +224,7 @@ class ControllerNode:
         except QuorumError as exc:
             # Outcome unknown: the API answers 503 and the client retries.
             raise TimeoutError(str(exc)) from exc
-        self._last_append_ms = self._clock_ms()
+        self._last_append_ms = self.clock.monotonic_ms()
         return result
 
     def _handle_stale(self, result: AppendResult) -> None:
@@ -221,18 +232,18 @@ class ControllerNode:
             self._deactivate(f"fenced: {result.error}")
             raise NotActiveController(self._leader_http())
 
-    async def _write(
-        self, decide: Callable[[MetadataImage, int], Decision]
-    ) -> tuple[Any, AppendResult | None]:
+    async def _write(self, request: Any) -> tuple[Any, AppendResult | None]:
+        """Decide on `request` on the committed image, append, and answer."""
         self._require_active()  # fail fast, without queueing on the lock
         async with self._lock:
             result: AppendResult | None = None
             for attempt in (1, 2):
                 epoch = self._require_active()
-                decision = decide(self.quorum.image(), self._clock_ms())
+                now_ms = self.clock.monotonic_ms()
+                decision = self.controller.decide(self.quorum.image(), request, now_ms)
                 if not decision.records:
                     return decision.respond(None), None
-                result = await self._append(epoch, decision.records)
+                result = await self._append(epoch, list(decision.records))
                 self._handle_stale(result)
                 if result.status != AppendStatus.INVALID:
                     break
@@ -244,51 +255,40 @@ class ControllerNode:
                 )
             return decision.respond(result), result
 
-    async def _call(self, decide: Callable[[MetadataImage, int], Decision]) -> Any:
-        response, _ = await self._write(decide)
+    async def _call(self, request: Any) -> Any:
+        response, _ = await self._write(request)
         return response
 
     async def register_broker(self, req: BrokerRegistrationRequest) -> BrokerRegistrationResponse:
-        return await self._call(lambda img, now: self.controller.register_broker(img, req, now))
+        return await self._call(req)
 
     async def heartbeat(self, req: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:
-        return await self._call(lambda img, now: self.controller.heartbeat(img, req, now))
+        return await self._call(req)
 
     async def alter_partition(self, req: AlterPartitionRequest) -> AlterPartitionResponse:
-        return await self._call(lambda img, now: self.controller.alter_partition(img, req, now))
+        return await self._call(req)
 
     async def allocate_producer_ids(
         self, req: AllocateProducerIdsRequest
     ) -> AllocateProducerIdsResponse:
-        return await self._call(
-            lambda img, now: self.controller.allocate_producer_ids(img, req, now)
-        )
+        return await self._call(req)
 
     async def create_topics(self, req: CreateTopicsRequest) -> CreateTopicsResponse:
-        return await self._call(lambda img, now: self.controller.create_topics(img, req, now))
+        return await self._call(req)
 
     async def delete_topics(self, req: DeleteTopicsRequest) -> DeleteTopicsResponse:
-        return await self._call(lambda img, now: self.controller.delete_topics(img, req, now))
+        return await self._call(req)
 
     async def create_partitions(self, req: CreatePartitionsRequest) -> CreatePartitionsResponse:
-        return await self._call(lambda img, now: self.controller.create_partitions(img, req, now))
+        return await self._call(req)
 
     async def elect_leaders(self, req: ElectLeadersRequest) -> ElectLeadersResponse:
-        return await self._call(lambda img, now: self.controller.elect_leaders(img, req, now))
+        return await self._call(req)
 
     async def alter_configs(self, req: IncrementalAlterConfigsRequest) -> None:
-        def decide(image: MetadataImage, now: int) -> Decision:
-            # QuorumController.alter_configs refuses by raising (its response has no
-            # error field); the API expects ControllerApiError with a Kafka code.
-            try:
-                return self.controller.alter_configs(image, req, now)
-            except KeyError as exc:
-                msg = exc.args[0] if exc.args else str(exc)
-                raise ControllerApiError(Errors.UNKNOWN_TOPIC_OR_PARTITION, str(msg)) from None
-            except ValueError as exc:  # storage.config.ConfigError is a ValueError
-                raise ControllerApiError(Errors.INVALID_CONFIG, str(exc)) from None
-
-        _, result = await self._write(decide)
+        # A refusal is raised by the configuration manager as ControllerApiError (this
+        # response has no error field); a batch that did not apply is refused here.
+        _, result = await self._write(req)
         if result is not None and result.status != AppendStatus.OK:
             raise ControllerApiError(Errors.INVALID_REQUEST, result.error or "not applied")
 

@@ -14,6 +14,13 @@ event loop, and it never blocks the loop:
 pysyncobj's leader flag is advisory: two nodes can both believe they lead for up to
 `leaderFallbackTimeout`. Only the state machine's controller-epoch fencing makes writes
 from a deposed leader harmless; callers must pass the epoch they were elected in.
+
+Time: unlike the controller's other shells, this adapter keeps its own deadlines on the
+event loop's clock (`loop.time()`, `asyncio.wait_for`) instead of a `common.clock.Clock`.
+They bound waits on pysyncobj's tick thread, which runs Raft on real time (its election
+and append timers read `time.monotonic` on that thread); a manual clock could not move
+that thread, only stall or rush the waits on it. A whole-cluster simulation replaces this
+adapter (an in-memory quorum under the same interface), not its clock.
 """
 
 from __future__ import annotations
@@ -170,16 +177,6 @@ class Quorum:
             if not fut.done():
                 fut.set_result(None)
         self._waiters.clear()
-
-    def force_compaction(self) -> None:
-        """Ask pysyncobj to dump the state and trim the journal on its next tick (it only
-        sets a flag: safe from the loop)."""
-        if self._syncobj is not None:
-            self._syncobj.forceLogCompaction()
-
-    @property
-    def raft_log_size(self) -> int:
-        return self._syncobj._getRaftLogSize() if self._syncobj is not None else 0
 
     # -- the replicated write ------------------------------------------------------------------
 

@@ -73,10 +73,6 @@ class MetadataStateMachine:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    @property
-    def controller_epoch(self) -> int:
-        return self.image.controller_epoch
-
     def append_batch(
         self, controller_epoch: int, writer: str, seq: int, batch: bytes
     ) -> AppendResult:

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 from crc32c import crc32c
 
+from common.varint import MalformedError, read_varint
 from storage.compression import decompress
 from storage.record_batch import (
     ATTRIBUTES,
@@ -32,7 +33,6 @@ from storage.record_batch import (
     MIN_RECORD_SIZE,
     TIMESTAMP_TYPE_MASK,
 )
-from storage.records import CorruptRecordError, read_varint
 
 try:  # the record-length walk in C (setup.py builds it where a compiler is available)
     from spark_jobs._record_walk import record_heads as _c_record_heads
@@ -281,7 +281,7 @@ def _heads_python(data: bytes, region_starts: np.ndarray, counts: np.ndarray) ->
                 else:
                     length, pos = read_varint(data, pos)
                     pos += max(length, 0)
-        except (IndexError, CorruptRecordError):
+        except (IndexError, MalformedError):
             raise _BadRecord(first, "record lengths run past the batch") from None
         first += count
     return np.array(heads, np.int64)

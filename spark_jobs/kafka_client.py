@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.list_offsets.v7.request import (
     ListOffsetsPartition,
@@ -38,6 +37,9 @@ from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.types import BrokerId, TopicName
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i8, i16, i32, i64
+
+from common.errors import Errors
+from common.varint import read_uvarint, skip_tagged_fields
 
 TP = tuple[str, int]
 T = TypeVar("T")
@@ -69,7 +71,7 @@ class ClusterMetadata:
     brokers: dict[int, tuple[str, int]]
     partitions: dict[TP, PartitionInfo]
     internal_topics: set[str]
-    topic_errors: dict[str, ErrorCode]
+    topic_errors: dict[str, Errors]
 
     def topics(self) -> set[str]:
         return {t for t, _ in self.partitions}
@@ -77,7 +79,7 @@ class ClusterMetadata:
 
 @dataclass(frozen=True)
 class FetchedPartition:
-    error: ErrorCode
+    error: Errors
     high_watermark: int
     log_start_offset: int
     records: bytes | memoryview
@@ -125,7 +127,7 @@ class BrokerConnection:
             raise ConnectionError(
                 f"broker {self.address} answered correlation id {got}, expected {correlation_id}"
             )
-        return answer, _skip_tags(answer, 4)
+        return answer, skip_tagged_fields(answer, 4)
 
     def _read_frame(self) -> bytearray:
         (size,) = _SIZE.unpack(self._recv_exactly(4))
@@ -242,13 +244,13 @@ class KafkaClient:
                 for t in resp.topics:
                     for p in t.partitions:
                         tp = (str(t.name), int(p.partition_index))
-                        if p.error_code == ErrorCode.none:
+                        error = Errors(p.error_code)
+                        if error == Errors.NONE:
                             out[tp] = int(p.offset)
-                        elif p.error_code.retriable:
-                            retry.append(f"{tp[0]}-{tp[1]}: {p.error_code.name}")
+                        elif error.retriable:
+                            retry.append(f"{tp[0]}-{tp[1]}: {error.name}")
                         else:
-                            raise KafkaCallError(f"ListOffsets {tp[0]}-{tp[1]}: "
-                                                 f"{p.error_code.name}")
+                            raise KafkaCallError(f"ListOffsets {tp[0]}-{tp[1]}: {error.name}")
             if retry:
                 self._meta = None
                 raise RetriableError("; ".join(retry))
@@ -349,11 +351,11 @@ def _metadata_request(topics: list[str] | None) -> MetadataRequest:
 def _cluster(resp: MetadataResponse) -> ClusterMetadata:
     partitions: dict[TP, PartitionInfo] = {}
     internal: set[str] = set()
-    errors: dict[str, ErrorCode] = {}
+    errors: dict[str, Errors] = {}
     for t in resp.topics:
         name = str(t.name)
-        if t.error_code != ErrorCode.none:
-            errors[name] = t.error_code
+        if t.error_code != Errors.NONE:
+            errors[name] = Errors(t.error_code)
         if t.is_internal:
             internal.add(name)
         for p in t.partitions:
@@ -394,53 +396,33 @@ _FETCH_PARTITION = struct.Struct(">ihqqq")  # index, error, HW, last stable, log
 _NO_RECORDS = memoryview(b"")
 
 
-def _uvarint(buf: bytearray, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    for i in range(5):
-        b = buf[pos + i]
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos + i + 1
-        shift += 7
-    raise ValueError("unsigned varint longer than 5 bytes")
-
-
-def _skip_tags(buf: bytearray, pos: int) -> int:
-    count, pos = _uvarint(buf, pos)
-    for _ in range(count):
-        _, pos = _uvarint(buf, pos)
-        size, pos = _uvarint(buf, pos)
-        pos += size
-    return pos
-
-
 def parse_fetch_v12(frame: bytearray, pos: int, tp: TP) -> FetchedPartition:
     """The answer for `tp` in a Fetch v12 response body at `pos`; its records are a view
     into `frame`, not a copy."""
     view = memoryview(frame)
     error = _I16.unpack_from(frame, pos + 4)[0]  # after throttle_time_ms
     if error:
-        return FetchedPartition(ErrorCode(error), -1, -1, _NO_RECORDS)
+        return FetchedPartition(Errors(error), -1, -1, _NO_RECORDS)
     pos += 10  # throttle_time_ms, error_code, session_id
-    n_topics, pos = _uvarint(frame, pos)
+    n_topics, pos = read_uvarint(frame, pos)
     for _ in range(n_topics - 1):
-        name_len, pos = _uvarint(frame, pos)
+        name_len, pos = read_uvarint(frame, pos)
         topic = bytes(view[pos : pos + name_len - 1]).decode()
         pos += name_len - 1
-        n_parts, pos = _uvarint(frame, pos)
+        n_parts, pos = read_uvarint(frame, pos)
         for _ in range(n_parts - 1):
             index, err, hw, _, log_start = _FETCH_PARTITION.unpack_from(frame, pos)
             pos += _FETCH_PARTITION.size
-            n_aborted, pos = _uvarint(frame, pos)
+            n_aborted, pos = read_uvarint(frame, pos)
             for _ in range(max(n_aborted - 1, 0)):  # producer id, first offset, tags
-                pos = _skip_tags(frame, pos + 16)
+                pos = skip_tagged_fields(frame, pos + 16)
             pos += 4  # preferred_read_replica
-            size, pos = _uvarint(frame, pos)
+            size, pos = read_uvarint(frame, pos)
             records = view[pos : pos + size - 1] if size else _NO_RECORDS
             if len(records) != max(size - 1, 0):
                 raise ValueError("records run past the frame")
-            pos = _skip_tags(frame, pos + max(size - 1, 0))
+            pos = skip_tagged_fields(frame, pos + max(size - 1, 0))
             if (topic, index) == tp:
-                return FetchedPartition(ErrorCode(err), hw, log_start, records)
-        pos = _skip_tags(frame, pos)
+                return FetchedPartition(Errors(err), hw, log_start, records)
+        pos = skip_tagged_fields(frame, pos)
     raise ValueError(f"no answer for {tp[0]}-{tp[1]}")

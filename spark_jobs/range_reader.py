@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-from kio.schema.errors import ErrorCode
 
+from common.errors import Errors
 from spark_jobs.arrow_records import decode_records
 from spark_jobs.kafka_client import RETRY_BACKOFF_S, KafkaCallError, KafkaClient
 from spark_jobs.options import EARLIEST, LATEST, SourceOptions
@@ -124,12 +124,12 @@ def _fetch_batches(c: KafkaClient, r: OffsetRange, s: ReadSettings) -> Iterator[
             c.forget_metadata()
             time.sleep(RETRY_BACKOFF_S)  # retry.backoff.ms before asking for a new leader
             continue
-        if got.error == ErrorCode.offset_out_of_range:
+        if got.error == Errors.OFFSET_OUT_OF_RANGE:
             leader = None
             offset = _after_out_of_range(c, r, offset, s)
             deadline = time.monotonic() + c.api_timeout_s
             continue
-        if got.error != ErrorCode.none:
+        if got.error != Errors.NONE:
             if not got.error.retriable:
                 raise KafkaCallError(f"Fetch {r.topic}-{r.partition} at {offset}: "
                                      f"{got.error.name}")

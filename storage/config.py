@@ -10,11 +10,9 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from common.properties import INT_MAX, ConfigError
+
 LONG_MAX = 2**63 - 1
-
-
-class ConfigError(ValueError):
-    """A configuration value that cannot be used; the message names the property."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +132,6 @@ def _bounded(minimum: int, maximum: int = LONG_MAX):
         return n
 
     return parse
-
-
-INT_MAX = 2**31 - 1
 
 
 _TOPIC_PROPS = {

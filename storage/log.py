@@ -36,8 +36,8 @@ from storage.log_types import (
 from storage.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
+    CheckedBatch,
     RecordBatchView,
-    header_fields,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
@@ -139,25 +139,35 @@ class Log:
     def append_as_leader(
         self, records: bytes | bytearray | memoryview, leader_epoch: int
     ) -> LogAppendInfo:
-        """Validate, assign offsets from the LEO, stamp `leader_epoch`, append.
+        """Check every batch (`validate_records`), then `append_checked_as_leader`: the
+        entry point for callers holding raw bytes (tools, tests, benchmarks)."""
+        with self._lock:
+            self._check_open()
+            return self.append_checked_as_leader(validate_records(records), leader_epoch)
 
-        Writable input is patched in place. Read-only input is not copied: each batch's
-        61-byte header is copied and patched, and `os.writev` sends it with the payload.
+    def append_checked_as_leader(
+        self, batches: Sequence[CheckedBatch], leader_epoch: int
+    ) -> LogAppendInfo:
+        """Assign offsets from the LEO, stamp `leader_epoch`, append.
+
+        `batches` are what `validate_records` returned for one buffer (so they tile it
+        from its start); they are not parsed or checked again here. A writable buffer is
+        patched in place. A read-only one is not copied: each batch's 61-byte header is
+        copied and patched, and `os.writev` sends it with the payload.
         """
         with self._lock:
             self._check_open()
-            views = validate_records(records)
-            total = self._check_sizes(views, leader=True)
+            total = self._check_sizes(batches, leader=True)
             now = self._clock()
             append_time = now if self.config.log_append_time else -1
-            mv = memoryview(records)
+            mv = memoryview(batches[0].buf)
             writable = not mv.readonly
             parts: list[bytearray | memoryview] = [mv[:total]] if writable else []
-            batches = []
+            batches_out = []
             offset = first = self._leo
-            for v in views:
+            for v in batches:
                 pos = v.pos
-                _b, length, _e, _m, _c, _a, last_delta, _bt, max_ts, *_rest = header_fields(mv, pos)
+                _b, length, _e, _m, _c, _a, last_delta, _bt, max_ts, *_rest = v.fields
                 size = length + LOG_OVERHEAD
                 head, at = (mv, pos) if writable else (bytearray(mv[pos : pos + HEADER_SIZE]), 0)
                 set_base_offset(head, at, offset)
@@ -169,11 +179,11 @@ class Log:
                 if not writable:
                     parts.append(head)
                     parts.append(mv[pos + HEADER_SIZE : pos + size])
-                batches.append(AppendedBatch(pos, offset + last_delta, max_ts, size))
+                batches_out.append(AppendedBatch(pos, offset + last_delta, max_ts, size))
                 offset += last_delta + 1
             if leader_epoch > self.leader_epoch_cache.latest_epoch:
                 self.leader_epoch_cache.assign(leader_epoch, first)
-            return self._append(parts, total, first, batches, now, append_time)
+            return self._append(parts, total, first, batches_out, now, append_time)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo | None:
         """Append the leader's batches as they are (no copy); a partial trailing batch is
@@ -193,9 +203,7 @@ class Log:
             expected = self._leo
             batches = []
             for v in views:
-                base, length, epoch, _m, _c, _a, last_delta, _bt, max_ts, *_rest = header_fields(
-                    v.buf, v.pos
-                )
+                base, length, epoch, _m, _c, _a, last_delta, _bt, max_ts, *_rest = v.fields
                 if base < expected:
                     raise UnexpectedAppendOffsetError(
                         f"batch at offset {base} does not continue the log at {expected}"
@@ -204,16 +212,16 @@ class Log:
                 if epoch > self.leader_epoch_cache.latest_epoch:
                     self.leader_epoch_cache.assign(epoch, base)
                 batches.append(AppendedBatch(v.pos, expected - 1, max_ts, length + LOG_OVERHEAD))
-            first = views[0].base_offset
+            first = views[0].fields[0]
             return self._append(
                 [memoryview(records)[:total]], total, first, batches, self._clock(), -1
             )
 
-    def _check_sizes(self, views: list[RecordBatchView], leader: bool) -> int:
+    def _check_sizes(self, views: Sequence[CheckedBatch], leader: bool) -> int:
         total = 0
         limit = self.config.max_message_bytes
         for v in views:
-            size = v.size
+            size = v.fields[1] + LOG_OVERHEAD  # batchLength
             if leader and size > limit:
                 raise RecordTooLargeError(
                     f"batch of {size} bytes exceeds max.message.bytes {limit}"

@@ -5,20 +5,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.errors import Errors
 from storage.record_batch import RecordBatchError
 from storage.segment import FileSlice
 
 
 class OffsetOutOfRangeError(Exception):
-    error_code = 1  # OFFSET_OUT_OF_RANGE
+    error_code = Errors.OFFSET_OUT_OF_RANGE
 
 
 class RecordTooLargeError(RecordBatchError):
-    error_code = 10  # MESSAGE_TOO_LARGE
+    error_code = Errors.MESSAGE_TOO_LARGE
 
 
 class RecordListTooLargeError(RecordBatchError):
-    error_code = 18  # RECORD_LIST_TOO_LARGE
+    error_code = Errors.RECORD_LIST_TOO_LARGE
 
 
 class UnexpectedAppendOffsetError(RecordBatchError):

@@ -1,6 +1,11 @@
 """RecordBatch v2 (magic 2): a zero-copy view over the 61-byte header, validation,
 and the in-place patches a broker makes (base offset, partition leader epoch).
 
+Validation (`validate_batch`) is the one place a batch's header is parsed and its CRC
+checked: it returns a `CheckedBatch` holding the header fields it read, and the layers
+below (producer state, `Log.append_checked_as_leader`) use those instead of parsing
+again.
+
 Everything here works per batch; nothing looks at individual records. Record-level
 encoding and decoding (for tools and tests) lives in `storage.records`.
 """
@@ -12,6 +17,8 @@ from collections.abc import Iterator
 from typing import Final
 
 from crc32c import crc32c
+
+from common.errors import Errors
 
 # Field positions inside a batch (Kafka's DefaultRecordBatch layout).
 BASE_OFFSET: Final = 0  # int64
@@ -48,7 +55,6 @@ NO_PRODUCER_ID: Final = -1
 NO_PARTITION_LEADER_EPOCH: Final = -1
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
-_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
@@ -59,23 +65,23 @@ assert _HEADER.size == HEADER_SIZE
 class RecordBatchError(ValueError):
     """A batch that must be refused. `error_code` is the Kafka error for a produce response."""
 
-    error_code: int = 87  # INVALID_RECORD
+    error_code: int = Errors.INVALID_RECORD
 
 
 class CorruptRecordError(RecordBatchError):
     """Bytes that are not a well-formed batch: bad CRC, bad sizes, a torn header."""
 
-    error_code = 2  # CORRUPT_MESSAGE
+    error_code = Errors.CORRUPT_MESSAGE
 
 
 class InvalidRecordError(RecordBatchError):
     """A well-formed batch whose contents break the rules (magic, counts, offsets)."""
 
-    error_code = 87  # INVALID_RECORD
+    error_code = Errors.INVALID_RECORD
 
 
 class UnsupportedCompressionError(RecordBatchError):
-    error_code = 76  # UNSUPPORTED_COMPRESSION_TYPE
+    error_code = Errors.UNSUPPORTED_COMPRESSION_TYPE
 
 
 class RecordBatchView:
@@ -172,17 +178,25 @@ class RecordBatchView:
         """The batch's bytes, without copying."""
         return memoryview(self.buf)[self.pos : self.pos + self.size]
 
-    def is_valid(self) -> bool:
-        """True when the stored CRC matches the bytes (the header is assumed sane)."""
-        mv = memoryview(self.buf)
-        end = self.pos + self.size
-        return crc32c(mv[self.pos + ATTRIBUTES : end]) == self.crc
-
     def __repr__(self) -> str:
         return (
             f"RecordBatchView(base_offset={self.base_offset}, last_offset={self.last_offset}, "
             f"size={self.size}, epoch={self.partition_leader_epoch}, count={self.record_count})"
         )
+
+
+class CheckedBatch(RecordBatchView):
+    """A batch that passed `validate_batch`, with the 13 header fields it read then
+    (`header_fields` order: baseOffset .. recordCount). The fields are as the batch
+    came in: the in-place patches of an append (offsets, leader epoch, LogAppendTime)
+    change the bytes, which the view's properties read, not these."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, buf: bytes | bytearray | memoryview, pos: int, fields: tuple) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.fields = fields
 
 
 def validate_batch(
@@ -191,7 +205,7 @@ def validate_batch(
     end: int | None = None,
     *,
     compacted: bool = False,
-) -> RecordBatchView:
+) -> CheckedBatch:
     """Check the batch at `pos` and return a view of it, or raise a RecordBatchError.
 
     Checks sizes, magic, CRC32C, attributes and record-count bounds: everything the
@@ -207,6 +221,7 @@ def validate_batch(
         raise CorruptRecordError(
             f"record batch header is truncated: {available} bytes, need {HEADER_SIZE}"
         )
+    fields = _HEADER.unpack_from(buf, pos)
     (
         _base_offset,
         batch_length,
@@ -221,7 +236,7 @@ def validate_batch(
         _pepoch,
         _seq,
         count,
-    ) = _HEADER.unpack_from(buf, pos)
+    ) = fields
     if magic < 0 or magic > CURRENT_MAGIC:
         raise CorruptRecordError(f"invalid magic {magic} found in record batch")
     if magic != CURRENT_MAGIC:
@@ -254,7 +269,7 @@ def validate_batch(
         raise InvalidRecordError(
             f"last offset delta {last_offset_delta} does not match record count {count}"
         )
-    return RecordBatchView(buf, pos)
+    return CheckedBatch(buf, pos, fields)
 
 
 def validate_records(
@@ -262,14 +277,14 @@ def validate_records(
     *,
     allow_partial_tail: bool = False,
     compacted: bool = False,
-) -> list[RecordBatchView]:
+) -> list[CheckedBatch]:
     """Validate every batch in a records blob (one produce partition, one fetch answer).
 
     With `allow_partial_tail`, a trailing incomplete batch (as a fetch may return) is
     dropped instead of refused; the caller sees it as `sum(b.size) < len(buf)`.
     `compacted`: see `validate_batch`.
     """
-    views: list[RecordBatchView] = []
+    views: list[CheckedBatch] = []
     pos = 0
     end = len(buf)
     if end == 0:
@@ -279,7 +294,7 @@ def validate_records(
             break
         view = validate_batch(buf, pos, end, compacted=compacted)
         views.append(view)
-        pos += view.size
+        pos += view.fields[1] + LOG_OVERHEAD  # batchLength
     return views
 
 
@@ -342,7 +357,3 @@ def header_fields(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple:
     """All 13 header fields at once (baseOffset .. recordCount): one struct call."""
     return _HEADER.unpack_from(buf, pos)
 
-
-def read_prefix(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
-    """(baseOffset, batchLength) of the batch at `pos`."""
-    return _PREFIX.unpack_from(buf, pos)

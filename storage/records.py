@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from crc32c import crc32c
 
+from common.varint import MalformedError, read_varint, write_varint
 from storage.compression import Compression, compress, decompress
 from storage.record_batch import (
     COMPRESSION_MASK,
@@ -53,37 +54,6 @@ class DecodedBatch:
     is_transactional: bool
     is_control: bool
     records: list[Record] = field(default_factory=list)
-
-
-def _zigzag(n: int) -> int:
-    return (n << 1) ^ (n >> 63)
-
-
-def write_varint(out: bytearray, n: int) -> None:
-    """Kafka's signed varint/varlong (zigzag, base-128)."""
-    v = _zigzag(n) & 0xFFFFFFFFFFFFFFFF
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
-def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """Decode a zigzag varint at `pos`; returns (value, next position)."""
-    shift = 0
-    v = 0
-    while True:
-        if pos >= len(buf):
-            raise CorruptRecordError("varint runs past the end of the record")
-        b = buf[pos]
-        pos += 1
-        v |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise CorruptRecordError("varint is longer than 10 bytes")
-    return (v >> 1) ^ -(v & 1), pos
 
 
 def _write_bytes(out: bytearray, data: bytes | None) -> None:
@@ -214,10 +184,6 @@ def _encode_batch(
     return head + struct.pack(">I", crc) + after_crc + payload
 
 
-def build_records(batches: Iterable[bytes]) -> bytes:
-    return b"".join(batches)
-
-
 def decode_batch(view: RecordBatchView) -> DecodedBatch:
     """Decode every record of one (already validated) batch."""
     mv = view.memory()
@@ -231,9 +197,38 @@ def decode_batch(view: RecordBatchView) -> DecodedBatch:
     base_ts = view.base_timestamp
     append_time = view.is_log_append_time
     max_ts = view.max_timestamp
+    try:
+        records = _decode_records(
+            payload, view.record_count, base_offset, base_ts, max_ts, append_time
+        )
+    except MalformedError as exc:  # a varint past the record, or too long
+        raise CorruptRecordError(str(exc)) from exc
+    return DecodedBatch(
+        base_offset=base_offset,
+        partition_leader_epoch=view.partition_leader_epoch,
+        log_append_time=append_time,
+        max_timestamp=max_ts,
+        producer_id=view.producer_id,
+        producer_epoch=view.producer_epoch,
+        base_sequence=view.base_sequence,
+        is_transactional=view.is_transactional,
+        is_control=view.is_control,
+        records=records,
+    )
+
+
+def _decode_records(
+    payload: memoryview,
+    count: int,
+    base_offset: int,
+    base_ts: int,
+    max_ts: int,
+    append_time: bool,
+) -> list[Record]:
+    """The records of a batch payload; varint errors are the caller's to map."""
     records: list[Record] = []
     pos = 0
-    for _ in range(view.record_count):
+    for _ in range(count):
         length, pos = read_varint(payload, pos)
         end = pos + length
         if length < 0 or end > len(payload):
@@ -266,18 +261,7 @@ def decode_batch(view: RecordBatchView) -> DecodedBatch:
         )
     if pos != len(payload):
         raise CorruptRecordError("bytes left over after the batch's last record")
-    return DecodedBatch(
-        base_offset=base_offset,
-        partition_leader_epoch=view.partition_leader_epoch,
-        log_append_time=append_time,
-        max_timestamp=max_ts,
-        producer_id=view.producer_id,
-        producer_epoch=view.producer_epoch,
-        base_sequence=view.base_sequence,
-        is_transactional=view.is_transactional,
-        is_control=view.is_control,
-        records=records,
-    )
+    return records
 
 
 def _read_bytes(buf: memoryview, pos: int, end: int) -> tuple[bytes | None, int]:

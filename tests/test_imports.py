@@ -7,7 +7,8 @@ y` where y is a submodule (an edge to x.y), and imports inside functions or unde
 to the module itself, not to its parent packages' __init__.
 
 The layers (DESIGN.md): common/ < storage/, metadata_log/ < kraft/, broker/; broker/
-never imports kraft/; spark_jobs/ talks Kafka's protocol and imports no server code.
+never imports kraft/, and kraft/tools/ (the command line) is the only part of kraft/ that
+imports broker/; spark_jobs/ talks Kafka's protocol and imports no server code.
 """
 
 from __future__ import annotations
@@ -26,25 +27,14 @@ LAYER_RULES: dict[str, frozenset[str]] = {
     "metadata_log": frozenset({"common"}),
     "broker": frozenset({"common", "storage", "metadata_log"}),
     "kraft": frozenset({"common", "storage", "metadata_log"}),
-    # The command-line tools talk to brokers and controllers both.
+    # The command-line tools talk to brokers and controllers both: the only part of
+    # kraft/ that may import broker/.
     "kraft.tools": frozenset({"common", "storage", "metadata_log", "broker"}),
     "spark_jobs": frozenset({"common", "storage", "metadata_log"}),
 }
-# Where the tools live until they move to kraft/tools/ (then these rows can go).
-for _tool in ("cli", "client_cli", "groups_cli", "metadata_cli", "dev", "launcher"):
-    LAYER_RULES[f"kraft.{_tool}"] = LAYER_RULES["kraft.tools"]
 
 # Checked for cycles only: benchmarks and tests may import any layer.
 CYCLES_ONLY = ("bench", "tests")
-
-# Cycles that exist today and are being broken by other branches of issue 12. TEMPORARY:
-# empty this at the merge. A cycle listed here that no longer exists fails the test too,
-# so the list cannot outlive its cycles.
-KNOWN_CYCLES_TO_REMOVE: frozenset[frozenset[str]] = frozenset({
-    frozenset({"broker.apis", "broker.apis_admin", "broker.apis_data", "broker.apis_group",
-               "broker.apis_group_admin"}),
-    frozenset({"broker.group.manager", "broker.hosted", "broker.runtime"}),
-})
 
 
 def module_name(path: Path) -> str:
@@ -179,13 +169,8 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
 
 def test_no_import_cycles() -> None:
     graph = import_graph([*{r.split(".")[0] for r in LAYER_RULES}, *CYCLES_ONLY])
-    found = set(cycles(graph))
-    new = [c for c in found if c not in KNOWN_CYCLES_TO_REMOVE]
-    gone = [c for c in KNOWN_CYCLES_TO_REMOVE if c not in found]
     lines = [f"import cycle: {' -> '.join(one_cycle(graph, c))} (modules: {sorted(c)})"
-             for c in sorted(new, key=sorted)]
-    lines += [f"KNOWN_CYCLES_TO_REMOVE lists a cycle that is gone, remove it: {sorted(c)}"
-              for c in sorted(gone, key=sorted)]
+             for c in sorted(cycles(graph), key=sorted)]
     assert not lines, "\n".join(lines)
 
 

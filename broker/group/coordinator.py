@@ -22,7 +22,7 @@ partition loads and NOT_COORDINATOR for the others.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
@@ -32,6 +32,7 @@ from broker.group.group import Group, GroupState, Member
 from broker.group.messages import Append, Out, Reply
 from broker.group.offsets import OffsetsMixin
 from broker.group.timers import TimersMixin
+from common.errors import Errors
 
 T = TypeVar("T")
 
@@ -67,11 +68,11 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
     def check(self, group_id: str) -> int:
         """NONE when we coordinate the group now, else the error to answer."""
         if not group_id:
-            return m.INVALID_GROUP_ID
+            return Errors.INVALID_GROUP_ID
         loaded = self.owned.get(self.partition_for(group_id))
         if loaded is None:
-            return m.NOT_COORDINATOR
-        return m.NONE if loaded else m.COORDINATOR_LOAD_IN_PROGRESS
+            return Errors.NOT_COORDINATOR
+        return Errors.NONE if loaded else Errors.COORDINATOR_LOAD_IN_PROGRESS
 
     def begin_load(self, partition: int) -> list[Out[T]]:
         out = self.unload(partition)
@@ -86,7 +87,7 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
         for gid in [gid for gid, g in self.groups.items() if g.partition == partition]:
             g = self.groups.pop(gid)
             for mem in g.members.values():
-                self._fail_waiting(mem, m.NOT_COORDINATOR, out)
+                self._fail_waiting(mem, Errors.NOT_COORDINATOR, out)
         self.owned.pop(partition, None)
         self._load_epoch[partition] = next(self._epochs)
         return out
@@ -102,7 +103,7 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
 
         def done(code: int, now_ms: int) -> list[Out[T]]:
             if self._load_epoch.get(partition) != epoch:
-                code = m.NOT_COORDINATOR  # the partition moved meanwhile
+                code = Errors.NOT_COORDINATOR  # the partition moved meanwhile
             return then(code, now_ms) if then is not None else []
 
         self._writes[write_id] = done
@@ -120,24 +121,24 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
         def fail(code: int) -> list[Out[T]]:
             return [Reply(token, m.JoinResult(code, req.member_id))]
 
-        if (code := self.check(req.group_id)) != m.NONE:
+        if (code := self.check(req.group_id)) != Errors.NONE:
             return fail(code)
         cfg = self.config
         if not cfg.min_session_timeout_ms <= req.session_timeout_ms <= cfg.max_session_timeout_ms:
-            return fail(m.INVALID_SESSION_TIMEOUT)
+            return fail(Errors.INVALID_SESSION_TIMEOUT)
         g = self.groups.get(req.group_id)
         if g is None:
             if req.member_id:
-                return fail(m.UNKNOWN_MEMBER_ID)
+                return fail(Errors.UNKNOWN_MEMBER_ID)
             g = Group(req.group_id, self.partition_for(req.group_id), state_since_ms=now_ms)
             self.groups[req.group_id] = g
         if not g.supports(req.protocol_type, req.protocols):
-            return fail(m.INCONSISTENT_GROUP_PROTOCOL)
+            return fail(Errors.INCONSISTENT_GROUP_PROTOCOL)
         known = req.member_id in g.members or (
             req.group_instance_id is not None and req.group_instance_id in g.static_members
         )
         if not known and len(g.members) >= cfg.max_size:
-            return fail(m.GROUP_MAX_SIZE_REACHED)
+            return fail(Errors.GROUP_MAX_SIZE_REACHED)
         if not req.member_id:
             self._join_new(g, token, req, now_ms, out)
         else:
@@ -153,7 +154,7 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
             if req.require_known_member_id:
                 # KIP-394: hand out the id; the member joins again with it.
                 g.pending_members[member_id] = now_ms + req.session_timeout_ms
-                out.append(Reply(token, m.JoinResult(m.MEMBER_ID_REQUIRED, member_id)))
+                out.append(Reply(token, m.JoinResult(Errors.MEMBER_ID_REQUIRED, member_id)))
                 return
             self._add_member(g, token, req, member_id, now_ms, out)
             return
@@ -166,7 +167,7 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
         # A static member restarted (KIP-345): the new id replaces the old one, which
         # is fenced from now on; in a Stable group with unchanged protocols nobody else
         # notices (no rebalance) unless it led.
-        self._fail_waiting(old, m.FENCED_INSTANCE_ID, out)
+        self._fail_waiting(old, Errors.FENCED_INSTANCE_ID, out)
         del g.members[old.member_id]
         new = replace(old, member_id=member_id, join_token=None, sync_token=None)
         new.last_heartbeat_ms = now_ms
@@ -193,9 +194,9 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
             self._add_member(g, token, req, member_id, now_ms, out)
             return
         code = g.member_error(member_id, req.group_instance_id)
-        if code == m.NONE and g.state in (EMPTY, DEAD):
-            code = m.UNKNOWN_MEMBER_ID
-        if code != m.NONE:
+        if code == Errors.NONE and g.state in (EMPTY, DEAD):
+            code = Errors.UNKNOWN_MEMBER_ID
+        if code != Errors.NONE:
             out.append(Reply(token, m.JoinResult(code, member_id)))
             return
         mem = g.members[member_id]
@@ -206,7 +207,9 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
             self._maybe_complete_join(g, now_ms, out)
         elif g.state == COMPLETING and unchanged and mem.join_answer is not None:
             # Asked again while its generation is being stored: answer this one then.
-            out.append(Reply(mem.join_answer, m.JoinResult(m.REBALANCE_IN_PROGRESS, member_id)))
+            out.append(
+                Reply(mem.join_answer, m.JoinResult(Errors.REBALANCE_IN_PROGRESS, member_id))
+            )
             mem.join_answer = token
         elif g.state == COMPLETING and unchanged:
             # Its JoinGroup answer was lost: the same answer again.
@@ -257,7 +260,9 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
         self, g: Group[T], mem: Member[T], token: T, req: m.JoinRequest, out: list[Out[T]]
     ) -> None:
         if mem.join_token is not None and mem.join_token is not token:
-            out.append(Reply(mem.join_token, m.JoinResult(m.REBALANCE_IN_PROGRESS, mem.member_id)))
+            out.append(
+                Reply(mem.join_token, m.JoinResult(Errors.REBALANCE_IN_PROGRESS, mem.member_id))
+            )
         mem.protocol_type = req.protocol_type
         mem.protocols = list(req.protocols)
         mem.rebalance_timeout_ms = req.rebalance_timeout_ms
@@ -272,7 +277,7 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
                 for x in g.members.values()
             )
         return m.JoinResult(
-            m.NONE,
+            Errors.NONE,
             mem.member_id,
             g.generation_id,
             g.protocol_type,
@@ -285,7 +290,7 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
 
     def _prepare_rebalance(self, g: Group[T], now_ms: int, out: list[Out[T]]) -> None:
         if g.state == COMPLETING:
-            self._reset_assignments(g, m.REBALANCE_IN_PROGRESS, out)
+            self._reset_assignments(g, Errors.REBALANCE_IN_PROGRESS, out)
         initial = g.state == EMPTY
         g.transition(PREPARING, now_ms)
         g.awaiting_sync.clear()
@@ -339,7 +344,7 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
             done: list[Out[T]] = []
             if self.groups.get(g.group_id) is not g or g.generation_id != generation:
                 return done
-            if code != m.NONE:
+            if code != Errors.NONE:
                 for x in g.members.values():
                     self._fail_waiting(x, m.write_error(code, offsets=False), done)
                 if g.state == COMPLETING:
@@ -355,7 +360,7 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
         out.append(self._store_group(g, stored))
 
     def _remove_member(self, g: Group[T], mem: Member[T], out: list[Out[T]]) -> None:
-        self._fail_waiting(mem, m.UNKNOWN_MEMBER_ID, out)
+        self._fail_waiting(mem, Errors.UNKNOWN_MEMBER_ID, out)
         g.members.pop(mem.member_id, None)
         g.awaiting_sync.discard(mem.member_id)
         instance = mem.group_instance_id
@@ -394,31 +399,31 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
         def fail(code: int) -> list[Out[T]]:
             return [Reply(token, m.SyncResult(code))]
 
-        if (code := self.check(req.group_id)) != m.NONE:
+        if (code := self.check(req.group_id)) != Errors.NONE:
             return fail(code)
         g = self.groups.get(req.group_id)
         if g is None:
-            return fail(m.UNKNOWN_MEMBER_ID)
-        if (code := g.member_error(req.member_id, req.group_instance_id)) != m.NONE:
+            return fail(Errors.UNKNOWN_MEMBER_ID)
+        if (code := g.member_error(req.member_id, req.group_instance_id)) != Errors.NONE:
             return fail(code)
         mem = g.members[req.member_id]
         if req.generation_id != g.generation_id:
-            return fail(m.ILLEGAL_GENERATION)
+            return fail(Errors.ILLEGAL_GENERATION)
         if (req.protocol_type is not None and req.protocol_type != g.protocol_type) or (
             req.protocol_name is not None and req.protocol_name != g.protocol_name
         ):
-            return fail(m.INCONSISTENT_GROUP_PROTOCOL)
+            return fail(Errors.INCONSISTENT_GROUP_PROTOCOL)
         if g.state == PREPARING:
-            return fail(m.REBALANCE_IN_PROGRESS)
+            return fail(Errors.REBALANCE_IN_PROGRESS)
         if g.state != COMPLETING and g.state != STABLE:
-            return fail(m.UNKNOWN_MEMBER_ID)
+            return fail(Errors.UNKNOWN_MEMBER_ID)
         mem.last_heartbeat_ms = now_ms
         g.awaiting_sync.discard(mem.member_id)
         if g.state == STABLE:
             return [Reply(token, self._sync_result(g, mem.assignment))]
         out: list[Out[T]] = []
         if mem.sync_token is not None:
-            out.append(Reply(mem.sync_token, m.SyncResult(m.REBALANCE_IN_PROGRESS)))
+            out.append(Reply(mem.sync_token, m.SyncResult(Errors.REBALANCE_IN_PROGRESS)))
         mem.sync_token = token
         if mem.member_id == g.leader_id:
             assignment = dict(req.assignments)
@@ -432,7 +437,7 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
                     return done  # a newer rebalance took over; it answered the waiters
                 if self.groups.get(g.group_id) is not g:
                     return done
-                if code != m.NONE:
+                if code != Errors.NONE:
                     self._reset_assignments(g, m.write_error(code, offsets=False), done)
                     self._prepare_rebalance(g, now, done)
                     return done
@@ -448,7 +453,7 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
 
     @staticmethod
     def _sync_result(g: Group[Any], assignment: bytes) -> m.SyncResult:
-        return m.SyncResult(m.NONE, g.protocol_type, g.protocol_name, assignment)
+        return m.SyncResult(Errors.NONE, g.protocol_type, g.protocol_name, assignment)
 
     # -- Heartbeat, LeaveGroup -----------------------------------------------------------------
 
@@ -463,17 +468,17 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
     ) -> list[Out[T]]:
         code = self.check(group_id)
         g = self.groups.get(group_id)
-        if code != m.NONE:
+        if code != Errors.NONE:
             pass
         elif g is None or g.state == EMPTY:
-            code = m.UNKNOWN_MEMBER_ID
-        elif (code := g.member_error(member_id, instance)) != m.NONE:
+            code = Errors.UNKNOWN_MEMBER_ID
+        elif (code := g.member_error(member_id, instance)) != Errors.NONE:
             pass
         elif generation_id != g.generation_id:
-            code = m.ILLEGAL_GENERATION
+            code = Errors.ILLEGAL_GENERATION
         else:
             g.members[member_id].last_heartbeat_ms = now_ms
-            code = m.REBALANCE_IN_PROGRESS if g.state == PREPARING else m.NONE
+            code = Errors.REBALANCE_IN_PROGRESS if g.state == PREPARING else Errors.NONE
         return [Reply(token, code)]
 
     def leave(
@@ -484,7 +489,7 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
         now_ms: int,
     ) -> list[Out[T]]:
         """LeaveGroup: (member id, instance id) pairs; v0-v2 send one with no instance."""
-        if (code := self.check(group_id)) != m.NONE:
+        if (code := self.check(group_id)) != Errors.NONE:
             return [Reply(token, m.LeaveResult(code))]
         g = self.groups.get(group_id)
         out: list[Out[T]] = []
@@ -492,34 +497,31 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
         removed = False
         for member_id, instance in members:
             if g is None:
-                results.append((member_id, instance, m.UNKNOWN_MEMBER_ID))
+                results.append((member_id, instance, Errors.UNKNOWN_MEMBER_ID))
                 continue
             if instance is not None:
                 known = g.static_members.get(instance)
                 if known is None:
-                    code = m.UNKNOWN_MEMBER_ID
+                    code = Errors.UNKNOWN_MEMBER_ID
                 elif member_id and member_id != known:
-                    code = m.FENCED_INSTANCE_ID
+                    code = Errors.FENCED_INSTANCE_ID
                 else:
                     self._remove_member(g, g.members[known], out)
-                    removed, code = True, m.NONE
+                    removed, code = True, Errors.NONE
             elif g.pending_members.pop(member_id, None) is not None:
-                code = m.NONE
+                code = Errors.NONE
             elif (mem := g.members.get(member_id)) is not None and mem.group_instance_id is None:
                 self._remove_member(g, mem, out)
-                removed, code = True, m.NONE
+                removed, code = True, Errors.NONE
             else:
-                code = m.UNKNOWN_MEMBER_ID if mem is None else m.FENCED_INSTANCE_ID
+                code = Errors.UNKNOWN_MEMBER_ID if mem is None else Errors.FENCED_INSTANCE_ID
             results.append((member_id, instance, code))
         if g is not None and (removed or g.state == PREPARING):
             self._member_gone(g, now_ms, out)
-        out.append(Reply(token, m.LeaveResult(m.NONE, tuple(results))))
+        out.append(Reply(token, m.LeaveResult(Errors.NONE, tuple(results))))
         return out
 
     # -- records -------------------------------------------------------------------------------
 
     def _store_group(self, g: Group[T], then: Callable[[int, int], list[Out[T]]]) -> Append:
         return self._append(g.partition, [self.group_record(g)], then)
-
-    def loaded_groups(self, partition: int) -> Iterable[Group[T]]:
-        return (g for g in self.groups.values() if g.partition == partition)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from broker.group.records import GroupValue, MemberValue, OffsetValue
+from common.errors import Errors
 
 T = TypeVar("T")
 
@@ -89,15 +90,17 @@ class Group(Generic[T]):
         return not self.pending_members and all(m.awaiting_join for m in self.members.values())
 
     def member_error(self, member_id: str, instance: str | None) -> int:
-        """0 when the request comes from a current member, else Kafka's code: a static
-        instance id now held by another member id is FENCED_INSTANCE_ID (82), checked
-        first; an id we do not know is UNKNOWN_MEMBER_ID (25)."""
+        """NONE when the request comes from a current member, else Kafka's code: a static
+        instance id now held by another member id is FENCED_INSTANCE_ID, checked first;
+        an id we do not know is UNKNOWN_MEMBER_ID."""
         if instance is not None and self.static_members.get(instance, member_id) != member_id:
-            return 82
+            return Errors.FENCED_INSTANCE_ID
         mem = self.members.get(member_id)
         if mem is None:
-            return 25
-        return 82 if instance is not None and mem.group_instance_id != instance else 0
+            return Errors.UNKNOWN_MEMBER_ID
+        if instance is not None and mem.group_instance_id != instance:
+            return Errors.FENCED_INSTANCE_ID
+        return Errors.NONE
 
     def rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)

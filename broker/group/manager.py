@@ -8,9 +8,13 @@ changes into the sans-I/O core (`coordinator.py`) and carries its intents out.
   are started in the order the core asked, so the log keeps that order.
 - One timer task sleeps until the core's next deadline (or until an event may have
   moved it) and runs `tick`.
-- After every metadata update: for each partition of `__consumer_offsets` we now
-  lead (or lead in a new epoch) the core loads its groups from the log; for each we
-  stopped leading it drops them.
+- A metadata publisher, after the replica manager: for each partition of
+  `__consumer_offsets` we now lead (or lead in a new epoch) the core loads its groups
+  from the log; for each we stopped leading it drops them.
+
+It sees the partitions only through `Replicas` (what it needs of the replica manager),
+so nothing above it in `broker/` is imported here. Time comes from the injected clock:
+the core's `now_ms` is wall time, as the timestamps it writes to the log are.
 """
 
 from __future__ import annotations
@@ -18,40 +22,66 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from broker.group import messages as msg
 from broker.group.config import GroupConfig
 from broker.group.coordinator import GroupCoordinatorCore
 from broker.group.messages import Append, Out, Reply
-from broker.hosted import HostedPartition
-from broker.runtime import ProduceResult
+from broker.metadata_publisher import LoaderManifest
+from common.clock import SYSTEM_CLOCK, Clock
+from common.errors import Errors
+from common.topics import GROUP_METADATA_TOPIC_NAME as OFFSETS_TOPIC
+from metadata_log.delta import MetadataDelta
 from metadata_log.image import MetadataImage
+from storage.log import Log
 from storage.log_types import OffsetOutOfRangeError
-from storage.record_batch import iter_batches
+from storage.record_batch import CheckedBatch, iter_batches, validate_records
 from storage.records import Record, build_batch, decode_batch
 
 log = logging.getLogger("broker.group")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 _LOAD_CHUNK = 1 << 20
 
 Token = asyncio.Future[Any]
 
 
+class LeaderState(Protocol):
+    """What the coordinator reads of a partition's replication state."""
+
+    @property
+    def is_leader(self) -> bool: ...
+    @property
+    def leader_epoch(self) -> int: ...
+
+
+class OffsetsReplica(Protocol):
+    """A hosted `__consumer_offsets` partition: its replication state and its log."""
+
+    @property
+    def core(self) -> LeaderState: ...
+    @property
+    def log(self) -> Log: ...
+
+
+class AppendResult(Protocol):
+    @property
+    def error_code(self) -> int: ...
+
+
 class Replicas(Protocol):
-    def image(self) -> MetadataImage: ...
-    def partition(self, topic: str, partition: int) -> HostedPartition | None: ...
+    """What the coordinator needs of the replica manager: the partitions hosted here,
+    and appends through the normal replication path."""
+
+    def partition(self, topic: str, partition: int) -> OffsetsReplica | None: ...
     async def produce(
-        self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int
-    ) -> ProduceResult: ...
+        self, topic: str, partition: int, batches: list[CheckedBatch], acks: int, timeout_ms: int
+    ) -> AppendResult: ...
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
+def _random_member_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4()}"  # as Kafka's: the client id and a random UUID
 
 
 class GroupCoordinator:
@@ -61,10 +91,14 @@ class GroupCoordinator:
         replicas: Replicas,
         create_offsets_topic: Callable[[], Awaitable[None]],
         commit_timeout_ms: int = 5000,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        new_member_id: Callable[[str], str] = _random_member_id,
     ) -> None:
         self.core: GroupCoordinatorCore[Token] = GroupCoordinatorCore(
-            config, new_member_id=lambda prefix: f"{prefix}-{uuid.uuid4()}"
+            config, new_member_id=new_member_id
         )
+        self._clock = clock
         self._replicas = replicas
         self._create_offsets_topic = create_offsets_topic
         self._commit_timeout_ms = commit_timeout_ms
@@ -74,15 +108,13 @@ class GroupCoordinator:
         self._wake = asyncio.Event()
         self._timer: asyncio.Task[None] | None = None
         self._creating: asyncio.Task[None] | None = None
-        self.appends = 0
-        self.append_failures = 0
 
     # -- requests ------------------------------------------------------------------------------
 
     async def call(self, op: Callable[[Token, int], list[Out[Token]]]) -> Any:
         """Run one core operation with a fresh future as its token; await the answer."""
         fut: Token = asyncio.get_running_loop().create_future()
-        self._process(op(fut, now_ms()))
+        self._process(op(fut, self._clock.wall_ms()))
         return await fut
 
     def ensure_offsets_topic(self) -> None:
@@ -107,20 +139,20 @@ class GroupCoordinator:
         self._wake.set()  # deadlines may have moved
 
     async def _write(self, a: Append) -> None:
-        batch = build_batch([Record(value=v, key=k) for k, v in a.records], now_ms=now_ms())
-        self.appends += 1
+        batch = build_batch(
+            [Record(value=v, key=k) for k, v in a.records], now_ms=self._clock.wall_ms()
+        )
         try:
             result = await self._replicas.produce(
-                OFFSETS_TOPIC, a.partition, batch, -1, self._commit_timeout_ms
+                OFFSETS_TOPIC, a.partition, validate_records(batch), -1, self._commit_timeout_ms
             )
             code = result.error_code
         except Exception:
             log.exception("append to %s-%d failed", OFFSETS_TOPIC, a.partition)
-            code = msg.UNKNOWN_SERVER_ERROR
-        if code != msg.NONE:
-            self.append_failures += 1
+            code = Errors.UNKNOWN_SERVER_ERROR
+        if code != Errors.NONE:
             log.info("append to %s-%d failed: error %d", OFFSETS_TOPIC, a.partition, code)
-        self._process(self.core.on_append_done(a.write_id, code, now_ms()))
+        self._process(self.core.on_append_done(a.write_id, code, self._clock.wall_ms()))
 
     # -- timers --------------------------------------------------------------------------------
 
@@ -130,13 +162,14 @@ class GroupCoordinator:
     async def _run_timer(self) -> None:
         while True:
             deadline = self.core.next_deadline_ms()
-            wait = 1.0 if deadline is None else max(0.0, (deadline - now_ms()) / 1000)
+            now = self._clock.wall_ms()
+            wait = 1.0 if deadline is None else max(0.0, (deadline - now) / 1000)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(wait, 60.0)):
                     await self._wake.wait()
             try:
-                self._process(self.core.tick(now_ms()))
+                self._process(self.core.tick(self._clock.wall_ms()))
             except Exception:  # never let one bad group stop every group's timers
                 log.exception("group coordinator tick failed")
 
@@ -154,10 +187,12 @@ class GroupCoordinator:
 
     # -- leadership ----------------------------------------------------------------------------
 
-    def on_metadata(self) -> None:
-        """After the replica manager applied a metadata update: load the offsets
-        partitions we now lead, drop those we no longer lead."""
-        topic = self._replicas.image().topic_by_name(OFFSETS_TOPIC)
+    async def on_metadata_update(
+        self, delta: MetadataDelta, image: MetadataImage, manifest: LoaderManifest
+    ) -> None:
+        """MetadataPublisher, after the replica manager applied the update: load the
+        offsets partitions we now lead, drop those we no longer lead."""
+        topic = image.topic_by_name(OFFSETS_TOPIC)
         if topic is not None:
             self.core.num_partitions = len(topic.partitions)
         partitions = set(topic.partitions) if topic is not None else set()
@@ -185,7 +220,7 @@ class GroupCoordinator:
         h = self._replicas.partition(OFFSETS_TOPIC, p)
         if h is None:
             return
-        started = time.monotonic()
+        started = self._clock.monotonic_ms()
         records: list[tuple[bytes | None, bytes | None]] = []
         lg = h.log
         offset, end = lg.log_start_offset, lg.log_end_offset
@@ -208,14 +243,14 @@ class GroupCoordinator:
         except (OffsetOutOfRangeError, ValueError, OSError) as exc:
             log.warning("loading %s-%d stopped at offset %d: %r", OFFSETS_TOPIC, p, offset, exc)
         self._loads.pop(p, None)
-        bad = self.core.load(p, records, now_ms())
+        bad = self.core.load(p, records, self._clock.wall_ms())
         self._wake.set()
         log.info(
-            "loaded %s-%d: %d records to offset %d in %.0f ms%s",
+            "loaded %s-%d: %d records to offset %d in %d ms%s",
             OFFSETS_TOPIC,
             p,
             len(records),
             offset,
-            (time.monotonic() - started) * 1000,
+            self._clock.monotonic_ms() - started,
             f", {bad} unreadable" if bad else "",
         )

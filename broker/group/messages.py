@@ -7,53 +7,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-T = TypeVar("T")
+from common.errors import Errors
 
-# Kafka error codes the coordinator answers with.
-NONE = 0
-UNKNOWN_SERVER_ERROR = -1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-MESSAGE_TOO_LARGE = 10
-OFFSET_METADATA_TOO_LARGE = 12
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-NOT_ENOUGH_REPLICAS = 19
-NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-INVALID_GROUP_ID = 24
-UNKNOWN_MEMBER_ID = 25
-INVALID_SESSION_TIMEOUT = 26
-REBALANCE_IN_PROGRESS = 27
-INVALID_COMMIT_OFFSET_SIZE = 28
-RECORD_LIST_TOO_LARGE = 18
-KAFKA_STORAGE_ERROR = 56
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-MEMBER_ID_REQUIRED = 79
-GROUP_MAX_SIZE_REACHED = 81
-FENCED_INSTANCE_ID = 82
-GROUP_SUBSCRIBED_TO_TOPIC = 86
+T = TypeVar("T")
 
 
 def write_error(code: int, offsets: bool) -> int:
     """What a failed append to __consumer_offsets answers (Kafka's GroupMetadataManager:
     the client must find the coordinator again, or retry)."""
     if code in (
-        UNKNOWN_TOPIC_OR_PARTITION,
-        NOT_ENOUGH_REPLICAS,
-        NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        REQUEST_TIMED_OUT,
+        Errors.UNKNOWN_TOPIC_OR_PARTITION,
+        Errors.NOT_ENOUGH_REPLICAS,
+        Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        Errors.REQUEST_TIMED_OUT,
     ):
-        return COORDINATOR_NOT_AVAILABLE
-    if code in (NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR, NOT_COORDINATOR):
-        return NOT_COORDINATOR
-    if code in (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE):
-        return INVALID_COMMIT_OFFSET_SIZE if offsets else UNKNOWN_SERVER_ERROR
-    return code if code in (COORDINATOR_NOT_AVAILABLE,) else UNKNOWN_SERVER_ERROR
+        return Errors.COORDINATOR_NOT_AVAILABLE
+    if code in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.KAFKA_STORAGE_ERROR, Errors.NOT_COORDINATOR):
+        return Errors.NOT_COORDINATOR
+    if code in (Errors.MESSAGE_TOO_LARGE, Errors.RECORD_LIST_TOO_LARGE):
+        return Errors.INVALID_COMMIT_OFFSET_SIZE if offsets else Errors.UNKNOWN_SERVER_ERROR
+    return code if code in (Errors.COORDINATOR_NOT_AVAILABLE,) else Errors.UNKNOWN_SERVER_ERROR
 
 
 @dataclass(frozen=True, slots=True)

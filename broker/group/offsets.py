@@ -27,6 +27,7 @@ from broker.group.records import (
     encode_key,
     encode_offset_value,
 )
+from common.errors import Errors
 
 if TYPE_CHECKING:
     from broker.group.config import GroupConfig
@@ -60,17 +61,17 @@ class OffsetsMixin(Generic[T]):
     def commit(self, token: T, req: m.CommitRequest, now_ms: int) -> list[Out[T]]:
         def answer(code: int) -> list[Out[T]]:
             parts = {(o.topic, o.partition): code for o in req.offsets}
-            return [Reply(token, m.PartitionResults(m.NONE, parts))]
+            return [Reply(token, m.PartitionResults(Errors.NONE, parts))]
 
-        if (code := self.check(req.group_id)) != m.NONE:
+        if (code := self.check(req.group_id)) != Errors.NONE:
             return answer(code)
         g = self.groups.get(req.group_id)
         if g is None:
             if req.generation_id >= 0:
-                return answer(m.ILLEGAL_GENERATION)  # a generation of a group now gone
+                return answer(Errors.ILLEGAL_GENERATION)  # a generation of a group now gone
             g = Group(req.group_id, self.partition_for(req.group_id), state_since_ms=now_ms)
             self.groups[req.group_id] = g
-        if (code := self._commit_allowed(g, req)) != m.NONE:
+        if (code := self._commit_allowed(g, req)) != Errors.NONE:
             return answer(code)
         results: dict[TP, int] = {}
         records: list[tuple[bytes, bytes | None]] = []
@@ -79,21 +80,21 @@ class OffsetsMixin(Generic[T]):
             tp = (o.topic, o.partition)
             metadata = o.metadata or ""
             if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
-                results[tp] = m.OFFSET_METADATA_TOO_LARGE
+                results[tp] = Errors.OFFSET_METADATA_TOO_LARGE
                 continue
             values[tp] = OffsetValue(o.offset, o.leader_epoch, metadata, now_ms)
             records.append(
                 (encode_key(OffsetKey(g.group_id, *tp)), encode_offset_value(values[tp]))
             )
         if not records:
-            return [Reply(token, m.PartitionResults(m.NONE, results))]
+            return [Reply(token, m.PartitionResults(Errors.NONE, results))]
 
         def stored(code: int, _now: int) -> list[Out[T]]:
-            if code == m.NONE and self.groups.get(g.group_id) is g:
+            if code == Errors.NONE and self.groups.get(g.group_id) is g:
                 g.offsets.update(values)
-            final = m.NONE if code == m.NONE else m.write_error(code, offsets=True)
+            final = Errors.NONE if code == Errors.NONE else m.write_error(code, offsets=True)
             results.update(dict.fromkeys(values, final))
-            return [Reply(token, m.PartitionResults(m.NONE, results))]
+            return [Reply(token, m.PartitionResults(Errors.NONE, results))]
 
         return [self._append(g.partition, records, stored)]
 
@@ -102,19 +103,19 @@ class OffsetsMixin(Generic[T]):
         """Kafka's validateOffsetCommit: a commit from outside group management is only
         for a group with no members; a member's commit needs its current generation."""
         if g.state == GroupState.DEAD:
-            return m.COORDINATOR_NOT_AVAILABLE
+            return Errors.COORDINATOR_NOT_AVAILABLE
         if req.generation_id < 0 and g.state == GroupState.EMPTY:
-            return m.NONE
+            return Errors.NONE
         code = g.member_error(req.member_id, req.group_instance_id)
-        if code == m.FENCED_INSTANCE_ID:
+        if code == Errors.FENCED_INSTANCE_ID:
             return code
         if g.state == GroupState.COMPLETING_REBALANCE:
-            return m.REBALANCE_IN_PROGRESS
-        if code != m.NONE:
+            return Errors.REBALANCE_IN_PROGRESS
+        if code != Errors.NONE:
             return code
         if req.generation_id != g.generation_id:
-            return m.ILLEGAL_GENERATION
-        return m.NONE
+            return Errors.ILLEGAL_GENERATION
+        return Errors.NONE
 
     # -- OffsetFetch ---------------------------------------------------------------------------
 
@@ -122,57 +123,62 @@ class OffsetsMixin(Generic[T]):
         self, group_id: str, partitions: list[TP] | None
     ) -> tuple[int, dict[TP, OffsetValue | None]]:
         """(group error, offsets); `partitions` None: every committed one."""
-        if (code := self.check(group_id)) != m.NONE:
+        if (code := self.check(group_id)) != Errors.NONE:
             return code, {}
         g = self.groups.get(group_id)
         offsets = g.offsets if g is not None else {}
         if partitions is None:
-            return m.NONE, dict(sorted(offsets.items()))
-        return m.NONE, {tp: offsets.get(tp) for tp in partitions}
+            return Errors.NONE, dict(sorted(offsets.items()))
+        return Errors.NONE, {tp: offsets.get(tp) for tp in partitions}
 
     # -- DeleteGroups, OffsetDelete ------------------------------------------------------------
 
     def delete_group(self, token: T, group_id: str) -> list[Out[T]]:
-        if (code := self.check(group_id)) != m.NONE:
+        if (code := self.check(group_id)) != Errors.NONE:
             return [Reply(token, code)]
         g = self.groups.get(group_id)
         if g is None or g.state == GroupState.DEAD:
-            return [Reply(token, m.GROUP_ID_NOT_FOUND)]
+            return [Reply(token, Errors.GROUP_ID_NOT_FOUND)]
         if g.state != GroupState.EMPTY:
-            return [Reply(token, m.NON_EMPTY_GROUP)]
+            return [Reply(token, Errors.NON_EMPTY_GROUP)]
         # Forget it now, as Kafka does, so nothing joins a group being deleted.
         del self.groups[group_id]
         g.state = GroupState.DEAD
 
         def stored(code: int, _now: int) -> list[Out[T]]:
-            return [Reply(token, m.NONE if code == m.NONE else m.write_error(code, False))]
+            return [
+                Reply(token, Errors.NONE if code == Errors.NONE else m.write_error(code, False))
+            ]
 
         return [self._append(g.partition, self._tombstones(g, g.offsets, group=True), stored)]
 
     def delete_offsets(self, token: T, group_id: str, partitions: list[TP]) -> list[Out[T]]:
-        if (code := self.check(group_id)) != m.NONE:
+        if (code := self.check(group_id)) != Errors.NONE:
             return [Reply(token, m.PartitionResults(code))]
         g = self.groups.get(group_id)
         if g is None or g.state == GroupState.DEAD:
-            return [Reply(token, m.PartitionResults(m.GROUP_ID_NOT_FOUND))]
+            return [Reply(token, m.PartitionResults(Errors.GROUP_ID_NOT_FOUND))]
         subscribed: set[str] = set()
         if not g.is_empty():
             topics = g.subscribed_topics()
             if topics is None:
-                return [Reply(token, m.PartitionResults(m.NON_EMPTY_GROUP))]
+                return [Reply(token, m.PartitionResults(Errors.NON_EMPTY_GROUP))]
             subscribed = topics
         results = {
-            tp: m.GROUP_SUBSCRIBED_TO_TOPIC if tp[0] in subscribed else m.NONE for tp in partitions
+            tp: Errors.GROUP_SUBSCRIBED_TO_TOPIC if tp[0] in subscribed else Errors.NONE
+            for tp in partitions
         }
-        gone = {tp: g.offsets[tp] for tp, c in results.items() if c == m.NONE and tp in g.offsets}
+        gone = {
+            tp: g.offsets[tp] for tp, c in results.items() if c == Errors.NONE and tp in g.offsets
+        }
         if not gone:
-            return [Reply(token, m.PartitionResults(m.NONE, results))]
+            return [Reply(token, m.PartitionResults(Errors.NONE, results))]
 
         def stored(code: int, _now: int) -> list[Out[T]]:
-            if code == m.NONE:
+            if code == Errors.NONE:
                 for tp in gone:
                     g.offsets.pop(tp, None)
-                return [Reply(token, m.PartitionResults(m.NONE, results))]
+                return [Reply(token, m.PartitionResults(Errors.NONE, results))]
             return [Reply(token, m.PartitionResults(m.write_error(code, True)))]
 
         return [self._append(g.partition, self._tombstones(g, gone, group=False), stored)]

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from crc32c import crc32c
 
-from broker.codec_schema import encode_uvarint
+from common.varint import encode_uvarint
 from storage.records import Record, build_batch
 from tests.harness.fake_broker import BrokerThread
 from tests.harness.raw_protocol import (

@@ -20,8 +20,8 @@ from kio.serial import entity_reader
 
 from broker.apis import SUPPORTED_VERSIONS
 from broker.codec import encode_fetch_response, encode_produce_response
-from broker.codec_schema import encode_uvarint
-from broker.runtime import FetchResult, ProduceResult
+from broker.results import FetchResult, ProduceResult
+from common.varint import encode_uvarint
 from storage.segment import FileSlice
 from tests.harness.fake_broker import BrokerThread, wait_until
 from tests.harness.raw_protocol import RawClient, batch, encode_request, fetch, produce, request
@@ -482,7 +482,7 @@ def test_group_apis_answer_a_handler_failure_at_every_version(
 ) -> None:
     """A coordinator that blows up still gets a readable answer with an error code
     (never a closed connection), at the lowest and highest version we serve."""
-    broker.runtime.groups = None  # type: ignore[assignment]  # every handler fails
+    broker.apis.groups = None  # type: ignore[assignment]  # every handler fails
     resp = client.call(api_key, version, request(api_key, version, _GROUP_REQUESTS[api_key]))
     assert resp is not None
     versions = {"client_software_name": "a", "client_software_version": "1"}

@@ -1,7 +1,7 @@
 """The Kafka protocol layer (network, codec, apis) driven by real clients.
 
-A FAKE runtime (tests/harness/fake_broker.py) stands in for replication and the
-controller (this is a unit test of the protocol layer), but it keeps a real
+A FAKE runtime (tests/harness/fake_broker.py) stands in for the replica manager and the
+admin facade (this is a unit test of the protocol layer), but it keeps a real
 `storage.log.Log` per partition under tmp_path, so produced bytes go through real storage
 and fetches are real file slices. The server runs on its own event loop in a thread;
 confluent-kafka, kafka-python and aiokafka talk to it over 127.0.0.1.

@@ -1,4 +1,5 @@
-"""The broker's controller channel against fake controllers (aiohttp on 127.0.0.1).
+"""The broker's link to the controllers (controller channel, broker lifecycle, metadata
+loader) against fake controllers (aiohttp on 127.0.0.1).
 
 The fakes share one metadata log, as real controllers do, and each can be told to be the
 active controller, a follower that redirects (307) or one that knows no leader (503),
@@ -20,7 +21,10 @@ import msgspec
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from broker.controller_channel import ControllerChannel, ControllerError, MetadataUpdate
+from broker.controller_channel import ControllerChannel, ControllerError
+from broker.lifecycle import BrokerLifecycleManager
+from broker.metadata_loader import MetadataLoader
+from broker.metadata_publisher import LoaderManifest
 from metadata_log import controller_api as api
 from metadata_log.delta import MetadataDelta
 from metadata_log.image import MetadataImage
@@ -177,12 +181,47 @@ class FakeController:
         )
 
 
+class Broker:
+    """What BrokerServer builds of the controller side: the channel, the lifecycle, the
+    loader with a recording publisher and the lifecycle as its publishers."""
+
+    def __init__(self, controllers: list[tuple[str, int]], broker_id: int) -> None:
+        self.updates: list[tuple[MetadataImage, LoaderManifest]] = []
+        self.channel = ControllerChannel(broker_id, controllers, request_timeout_ms=2000)
+        self.lifecycle = BrokerLifecycleManager(self.channel, [EP], heartbeat_interval_ms=50)
+        self.loader = MetadataLoader(self.channel)
+        self.loader.publishers += [self, self.lifecycle]
+
+    async def on_metadata_update(
+        self, delta: MetadataDelta, image: MetadataImage, manifest: LoaderManifest
+    ) -> None:
+        self.updates.append((image, manifest))
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.loader.image
+
+    async def start(self) -> None:
+        await self.channel.start()
+        self.loader.start()
+        self.lifecycle.start()
+
+    async def stop(self) -> None:
+        await self.loader.stop()
+        await self.lifecycle.stop()
+        await self.channel.close()
+
+
 class Setup:
     def __init__(self, n: int = 2) -> None:
         self.log = SharedLog()
         self.controllers = [FakeController(self.log) for _ in range(n)]
-        self.updates: list[MetadataUpdate] = []
-        self.channel: ControllerChannel | None = None
+        self.broker: Broker | None = None
+
+    @property
+    def updates(self) -> list[tuple[MetadataImage, LoaderManifest]]:
+        assert self.broker is not None
+        return self.broker.updates
 
     async def __aenter__(self) -> Setup:
         for c in self.controllers:
@@ -190,23 +229,16 @@ class Setup:
         self.log.append(TopicRecord("t", "0b8c1a52-3d5b-4d7e-9a55-0a4b2f3c1d10"))
         return self
 
-    def make_channel(self, broker_id: int = 0) -> ControllerChannel:
-        async def on_update(update: MetadataUpdate) -> None:
-            self.updates.append(update)
-
-        self.channel = ControllerChannel(
-            broker_id,
+    def make_broker(self, broker_id: int = 0) -> Broker:
+        self.broker = Broker(
             [("127.0.0.1", int(c.address.rsplit(":", 1)[1])) for c in self.controllers],
-            [EP],
-            heartbeat_interval_ms=50,
-            request_timeout_ms=2000,
-            on_update=on_update,
+            broker_id,
         )
-        return self.channel
+        return self.broker
 
     async def __aexit__(self, *exc: object) -> None:
-        if self.channel is not None:
-            await self.channel.stop()
+        if self.broker is not None:
+            await self.broker.stop()
         for c in self.controllers:
             await c.close()
 
@@ -216,16 +248,17 @@ async def test_registers_through_a_redirect_catches_up_and_gets_unfenced() -> No
     async with Setup() as s:
         a, b = s.controllers
         a.role, a.leader = "redirect", b  # the channel starts with controller 0: a
-        ch = s.make_channel(broker_id=0)
+        ch = s.make_broker(broker_id=0)
         await ch.start()
-        await ch.wait_until_caught_up(5)
-        assert ch.fenced and s.log.image.brokers[0].fenced  # not before we can serve
-        ch.ready_to_unfence()
-        await ch.wait_until_unfenced(5)
+        await ch.lifecycle.wait_until_caught_up(5)
+        assert ch.lifecycle.fenced and s.log.image.brokers[0].fenced  # not before we can serve
+        ch.lifecycle.ready_to_unfence()
+        await ch.lifecycle.wait_until_unfenced(5)
         assert not s.log.image.brokers[0].fenced
-        assert s.updates[0].snapshot and s.updates[0].image.topic_by_name("t") is not None
+        image, manifest = s.updates[0]
+        assert manifest.snapshot and image.topic_by_name("t") is not None
         assert b.writes > 0  # registration and heartbeats reached the active one
-        pid = await ch.allocate_producer_ids()
+        pid = await ch.channel.allocate_producer_ids(ch.lifecycle.broker_epoch)
         assert (pid.producer_id_start, pid.producer_id_len) == (1000, 10)
 
 
@@ -234,9 +267,9 @@ async def test_writes_go_around_a_controller_without_a_leader() -> None:
     async with Setup() as s:
         a, b = s.controllers
         a.role = "unavailable"
-        ch = s.make_channel(broker_id=0)
+        ch = s.make_broker(broker_id=0)
         await ch.start()
-        await ch.wait_until_caught_up(5)
+        await ch.lifecycle.wait_until_caught_up(5)
         assert a.writes >= 1 and b.writes >= 1
 
 
@@ -245,11 +278,11 @@ async def test_writes_time_out_when_no_controller_can_take_them() -> None:
     async with Setup() as s:
         for c in s.controllers:
             c.role = "unavailable"
-        ch = s.make_channel()
+        ch = s.make_broker()
         await ch.start()
         t0 = time.monotonic()
         try:
-            await ch.post(
+            await ch.channel.post(
                 "/v1/producer-ids",
                 api.AllocateProducerIdsRequest(0, 0),
                 api.AllocateProducerIdsResponse,
@@ -265,10 +298,12 @@ async def test_writes_time_out_when_no_controller_can_take_them() -> None:
 @run
 async def test_a_4xx_is_an_error_not_a_retry() -> None:
     async with Setup() as s:
-        ch = s.make_channel()
+        ch = s.make_broker()
         await ch.start()
         try:
-            await ch.post("/v1/nope", api.AllocateProducerIdsRequest(0, 0), api.ErrorResponse)
+            await ch.channel.post(
+                "/v1/nope", api.AllocateProducerIdsRequest(0, 0), api.ErrorResponse
+            )
         except ControllerError as exc:
             assert exc.error_code == 42  # aiohttp's 404 body is not ours: INVALID_REQUEST
         else:
@@ -278,12 +313,12 @@ async def test_a_4xx_is_an_error_not_a_retry() -> None:
 @run
 async def test_follows_new_records_and_reloads_a_snapshot_after_a_gap() -> None:
     async with Setup() as s:
-        ch = s.make_channel()
+        ch = s.make_broker()
         await ch.start()
-        await ch.wait_until_caught_up(5)
+        await ch.lifecycle.wait_until_caught_up(5)
         s.log.append(NoOpRecord())
         await eventually(lambda: ch.image.offset == s.log.image.offset, 5, "the new record")
-        assert any(not u.snapshot for u in s.updates)
+        assert any(not m.snapshot for _, m in s.updates)
         # the log moves on and is trimmed past us while we are away
         await ch.stop()
         for _ in range(5):
@@ -292,16 +327,16 @@ async def test_follows_new_records_and_reloads_a_snapshot_after_a_gap() -> None:
         n = len(s.updates)
         await ch.start()
         await eventually(lambda: ch.image.offset == s.log.image.offset, 5, "catching up")
-        assert any(u.snapshot for u in s.updates[n:])
+        assert any(m.snapshot for _, m in s.updates[n:])
 
 
 @run
 async def test_survives_the_controller_it_reads_from_going_away() -> None:
     async with Setup() as s:
         a, b = s.controllers
-        ch = s.make_channel(broker_id=0)  # reads from a first
+        ch = s.make_broker(broker_id=0)  # reads from a first
         await ch.start()
-        await ch.wait_until_caught_up(5)
+        await ch.lifecycle.wait_until_caught_up(5)
         await a.close()
         s.log.append(NoOpRecord())
         await eventually(lambda: ch.image.offset == s.log.image.offset, 10, "failover to b")
@@ -310,11 +345,11 @@ async def test_survives_the_controller_it_reads_from_going_away() -> None:
 @run
 async def test_controlled_shutdown_waits_for_go_then_asks_to_be_fenced() -> None:
     async with Setup() as s:
-        ch = s.make_channel()
+        ch = s.make_broker()
         await ch.start()
-        await ch.wait_until_caught_up(5)
-        ch.ready_to_unfence()
-        await ch.wait_until_unfenced(5)
-        assert await ch.controlled_shutdown(5)
+        await ch.lifecycle.wait_until_caught_up(5)
+        ch.lifecycle.ready_to_unfence()
+        await ch.lifecycle.wait_until_unfenced(5)
+        assert await ch.lifecycle.controlled_shutdown(5)
         assert s.log.heartbeats[-1].want_fence and not s.log.heartbeats[-1].want_shutdown
         assert sum(h.want_shutdown for h in s.log.heartbeats) >= 2

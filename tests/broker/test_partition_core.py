@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from broker.partition import NOT_ENOUGH_REPLICAS_AFTER_APPEND, AlterIsr, Partition
+from broker.partition import AlterIsr, Partition
+from common.errors import Errors
 
 TOPIC, TID = "t", "00000000-0000-0000-0000-000000000001"
 REQUEST_TIMED_OUT = 7
@@ -35,7 +36,7 @@ def test_hw_never_moves_back_on_a_leader_and_a_new_epoch_resets_follower_leos() 
     p.on_follower_fetch(2, 3, 8, 1)  # a stale fetch
     assert p.high_watermark == 8
     new_epoch, _ = p.make_leader((1, 2), (1, 2), 2, 1, 8, 5)
-    assert new_epoch and p.remote(2) is not None and p.remote(2).leo == -1  # type: ignore[union-attr]
+    assert new_epoch and p._remote[2].leo == -1  # unknown until it fetches in epoch 2
     same, _ = p.make_leader((1, 2), (1, 2), 2, 2, 8, 6)  # ISR-only change: states kept
     assert not same
 
@@ -50,9 +51,9 @@ def test_an_isr_of_one_commits_at_append_and_followers_outside_the_isr_do_not_co
 def test_min_isr_is_checked_when_the_hw_passes_and_on_timeout() -> None:
     p = leader((1, 2), (1,))
     assert p.add_pending(2, 2, "x") is None
-    assert p.on_leader_append(2) == [("x", NOT_ENOUGH_REPLICAS_AFTER_APPEND)]
-    assert p.add_pending(1, 2, "y") == NOT_ENOUGH_REPLICAS_AFTER_APPEND  # HW already there
-    assert p.timeout_code(2, REQUEST_TIMED_OUT) == NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    assert p.on_leader_append(2) == [("x", Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND)]
+    assert p.add_pending(1, 2, "y") == Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND  # HW already there
+    assert p.timeout_code(2, REQUEST_TIMED_OUT) == Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
     assert p.timeout_code(1, REQUEST_TIMED_OUT) == REQUEST_TIMED_OUT
 
 

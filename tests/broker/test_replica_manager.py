@@ -32,6 +32,7 @@ from metadata_log.records import (
 )
 from storage.log import Log
 from storage.log_manager import LogManager
+from storage.log_types import FetchDataInfo
 from storage.record_batch import RecordBatchView
 from tests.harness.replicas import (
     TID,
@@ -39,6 +40,7 @@ from tests.harness.replicas import (
     Metadata,
     batch,
     broker_config,
+    checked,
     eventually,
     fp,
     run,
@@ -112,10 +114,10 @@ def test_producer_state_keeps_five_batches_and_wraps_sequences() -> None:
 async def test_produce_and_fetch_with_rf1(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic()))
-    r = await rm.produce(TOPIC, 0, batch(b"a", b"b"), acks=1, timeout_ms=1000)
+    await rm.on_metadata_update(*md.update(*topic()))
+    r = await rm.produce(TOPIC, 0, checked(batch(b"a", b"b")), acks=1, timeout_ms=1000)
     assert (r.error_code, r.base_offset) == (0, 0)
-    r = await rm.produce(TOPIC, 0, batch(b"c"), acks=-1, timeout_ms=1000)
+    r = await rm.produce(TOPIC, 0, checked(batch(b"c")), acks=-1, timeout_ms=1000)
     assert (r.error_code, r.base_offset) == (0, 2)
     assert fetched(rm, 0) == [b"a", b"b", b"c"]
     assert rm.list_offset(TOPIC, 0, -1, -1).offset == 3
@@ -123,19 +125,17 @@ async def test_produce_and_fetch_with_rf1(tmp_path: Path) -> None:
     assert rm.offset_for_leader_epoch(TOPIC, 0, 0, -1) == (0, 0, 3)
     assert rm.fetch(fp(4), -1, 0).error_code == 1  # OFFSET_OUT_OF_RANGE
     assert rm.fetch(fp(0, epoch=1), -1, 0).error_code == 75  # UNKNOWN_LEADER_EPOCH
-    assert (await rm.produce(TOPIC, 0, b"\0" * 70, 1, 1000)).error_code in (2, 87)
-    assert (await rm.produce("nope", 0, batch(b"x"), 1, 1000)).error_code == 3
-    assert (await rm.produce(TOPIC, 0, batch(b"x"), 2, 1000)).error_code == 21
+    assert (await rm.produce("nope", 0, checked(batch(b"x")), 1, 1000)).error_code == 3
 
 
 @run
 async def test_errors_for_followers_and_fenced_epochs(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic(replicas=(2, 1), leader=2, epoch=3)))
-    assert (await rm.produce(TOPIC, 0, batch(b"a"), 1, 1000)).error_code == 6
+    await rm.on_metadata_update(*md.update(*topic(replicas=(2, 1), leader=2, epoch=3)))
+    assert (await rm.produce(TOPIC, 0, checked(batch(b"a")), 1, 1000)).error_code == 6
     assert rm.fetch(fp(0), -1, 0).error_code == 6
-    await rm.apply_update(md.update(PartitionChangeRecord(TID, 0, (1, 2), 1, 4, 1)))
+    await rm.on_metadata_update(*md.update(PartitionChangeRecord(TID, 0, (1, 2), 1, 4, 1)))
     assert rm.fetch(fp(0, epoch=3), -1, 0).error_code == 74  # FENCED_LEADER_EPOCH
     assert rm.fetch(fp(0, epoch=4), -1, 0).error_code == 0
     assert rm.partition(TOPIC, 0).log.leader_epoch_cache.latest_epoch == 4  # type: ignore[union-attr]
@@ -145,8 +145,8 @@ async def test_errors_for_followers_and_fenced_epochs(tmp_path: Path) -> None:
 async def test_acks_all_waits_for_the_isr_and_consumers_see_only_committed(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic(replicas=(1, 2, 3))))
-    produce = asyncio.create_task(rm.produce(TOPIC, 0, batch(b"a", b"b"), -1, 10_000))
+    await rm.on_metadata_update(*md.update(*topic(replicas=(1, 2, 3))))
+    produce = asyncio.create_task(rm.produce(TOPIC, 0, checked(batch(b"a", b"b")), -1, 10_000))
     await eventually(lambda: rm.partition(TOPIC, 0).log.log_end_offset == 2, 5, "append")  # type: ignore[union-attr]
     assert fetched(rm, 0) == []  # the HW is still 0
     assert fetched(rm, 0, replica_id=2) == [b"a", b"b"]  # followers read to the LEO
@@ -162,38 +162,38 @@ async def test_acks_all_waits_for_the_isr_and_consumers_see_only_committed(tmp_p
 async def test_min_insync_replicas_and_timeouts(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path, **{"min.insync.replicas": "2"})
-    await rm.apply_update(md.update(*topic(replicas=(1, 2), isr=(1,))))
-    r = await rm.produce(TOPIC, 0, batch(b"a"), -1, 1000)
+    await rm.on_metadata_update(*md.update(*topic(replicas=(1, 2), isr=(1,))))
+    r = await rm.produce(TOPIC, 0, checked(batch(b"a")), -1, 1000)
     assert r.error_code == 19  # NOT_ENOUGH_REPLICAS, nothing appended
     assert rm.partition(TOPIC, 0).log.log_end_offset == 0  # type: ignore[union-attr]
-    assert (await rm.produce(TOPIC, 0, batch(b"a"), 1, 1000)).error_code == 0
-    await rm.apply_update(md.update(PartitionChangeRecord(TID, 0, (1, 2), 1, 0, 1)))
-    r = await rm.produce(TOPIC, 0, batch(b"b"), -1, 50)
+    assert (await rm.produce(TOPIC, 0, checked(batch(b"a")), 1, 1000)).error_code == 0
+    await rm.on_metadata_update(*md.update(PartitionChangeRecord(TID, 0, (1, 2), 1, 0, 1)))
+    r = await rm.produce(TOPIC, 0, checked(batch(b"b")), -1, 50)
     assert r.error_code == 7  # REQUEST_TIMED_OUT: broker 2 never fetched
-    assert rm.partition(TOPIC, 0).core.pending_count == 0  # type: ignore[union-attr]
+    assert rm.partition(TOPIC, 0).core.drain_pending() == []  # type: ignore[union-attr]
     # a topic-level min.insync.replicas wins over the broker's
-    await rm.apply_update(md.update(ConfigRecord(2, TOPIC, "min.insync.replicas", "3")))
-    assert (await rm.produce(TOPIC, 0, batch(b"c"), -1, 50)).error_code == 19
+    await rm.on_metadata_update(*md.update(ConfigRecord(2, TOPIC, "min.insync.replicas", "3")))
+    assert (await rm.produce(TOPIC, 0, checked(batch(b"c")), -1, 50)).error_code == 19
 
 
 @run
 async def test_idempotent_retries_get_original_offsets(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic()))
+    await rm.on_metadata_update(*md.update(*topic()))
     first = batch(b"a", b"b", pid=42, epoch=0, seq=0)
-    assert (await rm.produce(TOPIC, 0, first, 1, 1000)).base_offset == 0
+    assert (await rm.produce(TOPIC, 0, checked(first), 1, 1000)).base_offset == 0
     assert (
-        await rm.produce(TOPIC, 0, batch(b"c", pid=42, epoch=0, seq=2), 1, 1000)
+        await rm.produce(TOPIC, 0, checked(batch(b"c", pid=42, epoch=0, seq=2)), 1, 1000)
     ).base_offset == 2
-    again = await rm.produce(TOPIC, 0, batch(b"a", b"b", pid=42, epoch=0, seq=0), -1, 1000)
+    again = await rm.produce(TOPIC, 0, checked(batch(b"a", b"b", pid=42, epoch=0, seq=0)), -1, 1000)
     assert (again.error_code, again.base_offset) == (0, 0)
     assert rm.partition(TOPIC, 0).log.log_end_offset == 3  # type: ignore[union-attr]
-    gap = await rm.produce(TOPIC, 0, batch(b"d", pid=42, epoch=0, seq=9), 1, 1000)
+    gap = await rm.produce(TOPIC, 0, checked(batch(b"d", pid=42, epoch=0, seq=9)), 1, 1000)
     assert gap.error_code == 45
-    bumped = await rm.produce(TOPIC, 0, batch(b"d", pid=42, epoch=1, seq=0), 1, 1000)
+    bumped = await rm.produce(TOPIC, 0, checked(batch(b"d", pid=42, epoch=1, seq=0)), 1, 1000)
     assert (bumped.error_code, bumped.base_offset) == (0, 3)
-    fenced = await rm.produce(TOPIC, 0, batch(b"e", pid=42, epoch=0, seq=3), 1, 1000)
+    fenced = await rm.produce(TOPIC, 0, checked(batch(b"e", pid=42, epoch=0, seq=3)), 1, 1000)
     assert fenced.error_code == 47
     assert fetched(rm, 0) == [b"a", b"b", b"c", b"d"]
 
@@ -202,16 +202,16 @@ async def test_idempotent_retries_get_original_offsets(tmp_path: Path) -> None:
 async def test_producer_state_is_rebuilt_from_the_log_after_a_restart(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic()))
+    await rm.on_metadata_update(*md.update(*topic()))
     for seq in range(3):
-        await rm.produce(TOPIC, 0, batch(b"v%d" % seq, pid=9, epoch=2, seq=seq), 1, 1000)
+        await rm.produce(TOPIC, 0, checked(batch(b"v%d" % seq, pid=9, epoch=2, seq=seq)), 1, 1000)
     rm.log_manager.shutdown()
     rm2 = manager(tmp_path)
-    await rm2.apply_update(md.snapshot())
-    retry = await rm2.produce(TOPIC, 0, batch(b"v2", pid=9, epoch=2, seq=2), 1, 1000)
+    await rm2.on_metadata_update(*md.snapshot())
+    retry = await rm2.produce(TOPIC, 0, checked(batch(b"v2", pid=9, epoch=2, seq=2)), 1, 1000)
     assert (retry.error_code, retry.base_offset) == (0, 2)
     assert (
-        await rm2.produce(TOPIC, 0, batch(b"v3", pid=9, epoch=2, seq=4), 1, 1000)
+        await rm2.produce(TOPIC, 0, checked(batch(b"v3", pid=9, epoch=2, seq=4)), 1, 1000)
     ).error_code == 45
     assert rm2.partition(TOPIC, 0).log.log_end_offset == 3  # type: ignore[union-attr]
 
@@ -220,26 +220,47 @@ async def test_producer_state_is_rebuilt_from_the_log_after_a_restart(tmp_path: 
 async def test_wait_for_data_wakes_on_append_and_times_out(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic()))
+    await rm.on_metadata_update(*md.update(*topic()))
     t0 = time.monotonic()
     await rm.wait_for_data([fp(0)], 1, 50)
     assert time.monotonic() - t0 >= 0.04
     waiter = asyncio.create_task(rm.wait_for_data([fp(0)], 1, 30_000))
     await asyncio.sleep(0)
     assert not waiter.done()
-    await rm.produce(TOPIC, 0, batch(b"a"), 1, 1000)
+    await rm.produce(TOPIC, 0, checked(batch(b"a")), 1, 1000)
     await asyncio.wait_for(waiter, 5)  # woken by the append, long before 30 s
+
+
+@run
+async def test_a_long_poll_answers_with_the_reads_of_its_wait(tmp_path: Path) -> None:
+    """wait_for_data returns what it read on its last look, exactly what fetch would
+    read then: the fetch answers with it instead of reading the log again."""
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic()))
+    waiter = asyncio.create_task(rm.wait_for_data([fp(0)], 1, 30_000))
+    await asyncio.sleep(0)
+    await rm.produce(TOPIC, 0, checked(batch(b"a")), 1, 1000)
+    found = await asyncio.wait_for(waiter, 5)
+    h = rm.partition(TOPIC, 0)
+    assert h is not None and list(found) == [fp(0)] and found[fp(0)] == h.log.read(0, 1 << 20)
+    r = rm.fetch(fp(0), -1, 0, found[fp(0)])
+    assert r.error_code == 0 and r.records is found[fp(0)].records and r.high_watermark == 1
+    # a wait that times out returns its last look too
+    assert (await rm.wait_for_data([fp(1)], 1, 10))[fp(1)].records is None
+    # a partition with an error to report is not read: fetch answers it
+    assert await rm.wait_for_data([fp(1), fp(5)], 1, 30_000) == {fp(1): FetchDataInfo(None)}
 
 
 @run
 async def test_consumers_wait_for_the_hw_followers_for_the_leo(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic(replicas=(1, 2))))
+    await rm.on_metadata_update(*md.update(*topic(replicas=(1, 2))))
     consumer = asyncio.create_task(rm.wait_for_data([fp(0)], 1, 30_000))
     follower = asyncio.create_task(rm.wait_for_data([fp(0)], 1, 30_000, replica_id=2))
     await asyncio.sleep(0)
-    await rm.produce(TOPIC, 0, batch(b"a"), 1, 1000)
+    await rm.produce(TOPIC, 0, checked(batch(b"a")), 1, 1000)
     await asyncio.wait_for(follower, 5)
     assert not consumer.done()  # HW is still 0
     rm.fetch(fp(1), 2, 0)  # the follower has it: HW 1
@@ -250,10 +271,11 @@ async def test_consumers_wait_for_the_hw_followers_for_the_leo(tmp_path: Path) -
 async def test_leadership_loss_fails_pending_produces(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic(replicas=(1, 2))))
-    produce = asyncio.create_task(rm.produce(TOPIC, 0, batch(b"a"), -1, 30_000))
-    await eventually(lambda: rm.partition(TOPIC, 0).core.pending_count == 1, 5, "pending")  # type: ignore[union-attr]
-    await rm.apply_update(md.update(PartitionChangeRecord(TID, 0, (2,), 2, 1, 1)))
+    await rm.on_metadata_update(*md.update(*topic(replicas=(1, 2))))
+    produce = asyncio.create_task(rm.produce(TOPIC, 0, checked(batch(b"a")), -1, 30_000))
+    # appended, so waiting for the HW (the append and the wait are one step)
+    await eventually(lambda: rm.partition(TOPIC, 0).log.log_end_offset == 1, 5, "append")  # type: ignore[union-attr]
+    await rm.on_metadata_update(*md.update(PartitionChangeRecord(TID, 0, (2,), 2, 1, 1)))
     assert (await asyncio.wait_for(produce, 5)).error_code == 6
 
 
@@ -261,10 +283,10 @@ async def test_leadership_loss_fails_pending_produces(tmp_path: Path) -> None:
 async def test_divergence_is_reported_to_followers(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic(replicas=(1, 2), isr=(1,))))
-    await rm.produce(TOPIC, 0, batch(b"a", b"b"), 1, 1000)  # epoch 0: offsets 0-1
-    await rm.apply_update(md.update(PartitionChangeRecord(TID, 0, (1,), 1, 2, 1)))
-    await rm.produce(TOPIC, 0, batch(b"c"), 1, 1000)  # epoch 2 from offset 2
+    await rm.on_metadata_update(*md.update(*topic(replicas=(1, 2), isr=(1,))))
+    await rm.produce(TOPIC, 0, checked(batch(b"a", b"b")), 1, 1000)  # epoch 0: offsets 0-1
+    await rm.on_metadata_update(*md.update(PartitionChangeRecord(TID, 0, (1,), 1, 2, 1)))
+    await rm.produce(TOPIC, 0, checked(batch(b"c")), 1, 1000)  # epoch 2 from offset 2
     # a follower that had epoch 1 up to offset 5 (written by a leader we never saw)
     r = rm.fetch(fp(5, last_epoch=1), 2, 0)
     assert r.diverging_epoch == (0, 2) and r.records is None
@@ -276,7 +298,7 @@ async def test_divergence_is_reported_to_followers(tmp_path: Path) -> None:
 async def test_follower_appends_truncates_and_follows_the_hw(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic(replicas=(2, 1), leader=2)))
+    await rm.on_metadata_update(*md.update(*topic(replicas=(2, 1), leader=2)))
     leader_log = Log(tmp_path / "leader" / f"{TOPIC}-0")
     leader_log.append_as_leader(bytearray(batch(b"a", b"b")), 0)
     leader_log.append_as_leader(bytearray(batch(b"c", pid=5, epoch=0, seq=0)), 0)
@@ -287,7 +309,8 @@ async def test_follower_appends_truncates_and_follows_the_hw(tmp_path: Path) -> 
     h = rm.partition(TOPIC, 0)
     assert code == 0 and h is not None
     assert (h.log.log_end_offset, h.core.high_watermark) == (3, 2)
-    assert h.producers.entry(5) is not None
+    retry = headers(batch(b"c", pid=5, epoch=0, seq=0))
+    assert h.producers.check(retry) is not None  # producer 5's batch is known: a retry
     st = rm.follower_fetch_state((TOPIC, 0))
     assert st is not None and (st.fetch_offset, st.last_fetched_epoch) == (3, 0)
     # an answer to a fetch from a state we left (offset 0) is dropped
@@ -296,26 +319,26 @@ async def test_follower_appends_truncates_and_follows_the_hw(tmp_path: Path) -> 
     # the leader says epoch 0 ended at 1: our tail after it diverges
     await rm.process_follower_data((TOPIC, 0), st, FollowerData(0, 1, 0, None, (0, 1)))
     assert h.log.log_end_offset == 0  # the batch holding offset 1 went whole
-    assert h.core.high_watermark == 0 and h.producers.entry(5) is None
+    assert h.core.high_watermark == 0 and h.producers.check(retry) is None  # forgotten
 
 
 @run
 async def test_deleted_and_recreated_topics_lose_their_replicas(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic()))
-    await rm.produce(TOPIC, 0, batch(b"old"), 1, 1000)
+    await rm.on_metadata_update(*md.update(*topic()))
+    await rm.produce(TOPIC, 0, checked(batch(b"old")), 1, 1000)
     old_dir = rm.partition(TOPIC, 0).log.dir  # type: ignore[union-attr]
-    await rm.apply_update(md.update(RemoveTopicRecord(TID)))
+    await rm.on_metadata_update(*md.update(RemoveTopicRecord(TID)))
     assert rm.partition(TOPIC, 0) is None and not old_dir.exists()
     assert rm.fetch(fp(0), -1, 0).error_code == 3
-    await rm.apply_update(md.update(*topic(topic_id=TID2)))
+    await rm.on_metadata_update(*md.update(*topic(topic_id=TID2)))
     assert rm.partition(TOPIC, 0).log.log_end_offset == 0  # type: ignore[union-attr]
     # a broker that slept through a delete + recreate learns it from a snapshot
-    await rm.produce(TOPIC, 0, batch(b"x"), 1, 1000)
+    await rm.produce(TOPIC, 0, checked(batch(b"x")), 1, 1000)
     md.update(RemoveTopicRecord(TID2))
     md.update(*topic(topic_id=TID))
-    await rm.apply_update(md.snapshot())
+    await rm.on_metadata_update(*md.snapshot())
     h = rm.partition(TOPIC, 0)
     assert h is not None and h.core.topic_id == TID and h.log.log_end_offset == 0
 
@@ -324,9 +347,11 @@ async def test_deleted_and_recreated_topics_lose_their_replicas(tmp_path: Path) 
 async def test_topic_config_changes_reach_the_log(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
-    await rm.apply_update(md.update(*topic(), ConfigRecord(2, TOPIC, "retention.ms", "1234")))
+    await rm.on_metadata_update(
+        *md.update(*topic(), ConfigRecord(2, TOPIC, "retention.ms", "1234"))
+    )
     assert rm.partition(TOPIC, 0).log.config.retention_ms == 1234  # type: ignore[union-attr]
-    await rm.apply_update(md.update(ConfigRecord(2, TOPIC, "retention.ms", None)))
+    await rm.on_metadata_update(*md.update(ConfigRecord(2, TOPIC, "retention.ms", None)))
     assert rm.partition(TOPIC, 0).log.config.retention_ms == 604800000  # type: ignore[union-attr]
     configs = rm.topic_configs(TOPIC)
     assert configs is not None and configs["retention.ms"] == ("604800000", True)

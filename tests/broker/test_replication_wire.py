@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from broker.apis import KafkaApis
 from broker.network import KafkaServer
 from broker.server import BrokerServer
 from metadata_log.records import PartitionChangeRecord, Record
@@ -21,6 +20,7 @@ from tests.harness.replicas import (
     Metadata,
     batch,
     broker_config,
+    checked,
     eventually,
     fp,
     register,
@@ -37,16 +37,16 @@ async def test_the_runtime_tells_a_follower_wait_from_a_consumer_wait(tmp_path: 
     server = BrokerServer(broker_config(tmp_path))
     server.log_manager.startup()
     md = Metadata()
-    await server.replica_manager.apply_update(md.update(*topic(replicas=(1, 2))))
+    await server.replica_manager.on_metadata_update(*md.update(*topic(replicas=(1, 2))))
 
     async def request(replica_id: int) -> None:
-        server.fetch(fp(0), replica_id, 0)
-        await server.wait_for_data([fp(0)], 1, 30_000, replica_id)
+        server.replica_manager.fetch(fp(0), replica_id, 0)
+        await server.replica_manager.wait_for_data([fp(0)], 1, 30_000, replica_id)
 
     follower = asyncio.create_task(request(2))
     consumer = asyncio.create_task(request(-1))
     await asyncio.sleep(0)
-    await server.produce(TOPIC, 0, batch(b"a"), 1, 1000)
+    await server.replica_manager.produce(TOPIC, 0, checked(batch(b"a")), 1, 1000)
     await asyncio.wait_for(follower, 5)  # the LEO moved
     assert not consumer.done()  # the HW did not
     consumer.cancel()
@@ -61,7 +61,7 @@ async def _two_brokers(tmp_path: Path) -> tuple[Any, Any, Metadata, Callable[[],
     listeners = []
     for s in servers:
         s.log_manager.startup()
-        kafka = KafkaServer(KafkaApis(s).handle, "127.0.0.1", 0, max_request_bytes=1 << 24)
+        kafka = KafkaServer(s.apis.handle, "127.0.0.1", 0, max_request_bytes=1 << 24)
         await kafka.start()
         listeners.append(kafka)
     md = Metadata(brokers=())
@@ -79,7 +79,7 @@ async def _two_brokers(tmp_path: Path) -> tuple[Any, Any, Metadata, Callable[[],
 async def _apply(md: Metadata, *servers: Any, records: list[Record]) -> None:
     update = md.update(*records)
     for s in servers:
-        await s.replica_manager.apply_update(update)
+        await s.replica_manager.on_metadata_update(*update)
 
 
 @run
@@ -88,14 +88,18 @@ async def test_a_follower_replicates_over_the_wire_and_acks_all_completes(tmp_pa
     try:
         await _apply(md, b1, b2, records=topic(replicas=(1, 2)))
         for i in range(5):
-            r = await asyncio.wait_for(b1.produce(TOPIC, 0, batch(b"v%d" % i), -1, 10_000), 10)
+            r = await asyncio.wait_for(
+                b1.replica_manager.produce(TOPIC, 0, checked(batch(b"v%d" % i)), -1, 10_000), 10
+            )
             assert (r.error_code, r.base_offset) == (0, i)
         f = b2.replica_manager.partition(TOPIC, 0)
         await eventually(lambda: f.core.high_watermark == 5, 10, "the follower's HW")
         assert values_in(f.log.read(0, 1 << 20).read()) == [b"v%d" % i for i in range(5)]
         # leadership moves to broker 2 (epoch 1); broker 1 follows it from there
         await _apply(md, b1, b2, records=[PartitionChangeRecord(TID, 0, (1, 2), 2, 1, 1)])
-        r = await asyncio.wait_for(b2.produce(TOPIC, 0, batch(b"w"), -1, 10_000), 10)
+        r = await asyncio.wait_for(
+            b2.replica_manager.produce(TOPIC, 0, checked(batch(b"w")), -1, 10_000), 10
+        )
         assert (r.error_code, r.base_offset) == (0, 5)
         old = b1.replica_manager.partition(TOPIC, 0)
         await eventually(lambda: old.log.log_end_offset == 6, 10, "broker 1 to catch up")
@@ -111,10 +115,10 @@ async def test_a_diverged_follower_truncates_to_the_leader(tmp_path: Path) -> No
         # broker 2 leads alone at epoch 0 and writes a tail nobody else has
         await _apply(md, b1, b2, records=topic(replicas=(2, 1), isr=(2,), leader=2))
         await b1.fetchers.remove_partitions([(TOPIC, 0)])  # broker 1 hears nothing of it
-        await b2.produce(TOPIC, 0, batch(b"lost-1", b"lost-2"), 1, 1000)
+        await b2.replica_manager.produce(TOPIC, 0, checked(batch(b"lost-1", b"lost-2")), 1, 1000)
         # broker 1 becomes leader at epoch 1 (unclean), writes its own data
         await _apply(md, b1, b2, records=[PartitionChangeRecord(TID, 0, (1,), 1, 1, 1)])
-        await b1.produce(TOPIC, 0, batch(b"kept"), 1, 1000)
+        await b1.replica_manager.produce(TOPIC, 0, checked(batch(b"kept")), 1, 1000)
         f = b2.replica_manager.partition(TOPIC, 0)
         await eventually(
             lambda: values_in(f.log.read(0, 1 << 20).read()) == [b"kept"], 10, "truncation"

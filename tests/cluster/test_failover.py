@@ -264,9 +264,9 @@ def controller_metrics(c: ProcCluster) -> dict[str, float]:
 
 
 def controllers_caught_up(c: ProcCluster) -> bool:
-    from kraft.launcher import active_controller, controllers_running
+    from kraft.tools.launcher import active_controller, running_nodes
 
-    running = controllers_running(c.controllers)
+    running = running_nodes(c.controllers)
     if len(running) != len(c.controllers) or active_controller(running) is None:
         return False
     offsets = {(ctl.status() or {}).get("metadata_offset") for ctl in running}

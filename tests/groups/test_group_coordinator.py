@@ -15,6 +15,7 @@ from broker.group.records import (
     encode_key,
     encode_offset_value,
 )
+from common.errors import Errors
 from tests.harness.group_harness import Harness
 
 G = "g"
@@ -34,7 +35,7 @@ def stable_group(h: Harness, n: int) -> list[tuple[str, int]]:
             break
         h.tick(h.core.config.initial_rebalance_delay_ms)
     joined = [result(h, t) for t, _ in tokens]
-    assert all(j.error_code == m.NONE for j in joined), joined
+    assert all(j.error_code == Errors.NONE for j in joined), joined
     gen = joined[0].generation_id
     leader = joined[0].leader
     ids = [j.member_id for j in joined]
@@ -64,14 +65,14 @@ def test_kip_394_join_then_sync_gives_each_member_its_assignment() -> None:
     h = Harness()
     t1 = h.join(G)
     first = result(h, t1)
-    assert first.error_code == m.MEMBER_ID_REQUIRED and first.member_id
+    assert first.error_code == Errors.MEMBER_ID_REQUIRED and first.member_id
     t2 = h.join(G, member_id=first.member_id)
     j = result(h, t2)  # alone, no initial delay: the join completes at once
-    assert j.error_code == m.NONE and j.generation_id == 1 and j.leader == first.member_id
+    assert j.error_code == Errors.NONE and j.generation_id == 1 and j.leader == first.member_id
     assert [x[0] for x in j.members] == [first.member_id]
     s = h.sync(G, j.member_id, 1, [(j.member_id, b"A")])
-    assert h.answers[s] == m.SyncResult(m.NONE, "consumer", "range", b"A")
-    assert h.heartbeat(G, j.member_id, 1) == m.NONE
+    assert h.answers[s] == m.SyncResult(Errors.NONE, "consumer", "range", b"A")
+    assert h.heartbeat(G, j.member_id, 1) == Errors.NONE
 
 
 def test_a_second_member_triggers_a_rebalance_and_both_get_a_new_generation() -> None:
@@ -79,7 +80,7 @@ def test_a_second_member_triggers_a_rebalance_and_both_get_a_new_generation() ->
     [(a, gen)] = stable_group(h, 1)
     tb, b = h.join_until_member(G)
     assert tb not in h.answers  # waits for a to rejoin
-    assert h.heartbeat(G, a, gen) == m.REBALANCE_IN_PROGRESS
+    assert h.heartbeat(G, a, gen) == Errors.REBALANCE_IN_PROGRESS
     ta = h.join(G, member_id=a)
     ja, jb = result(h, ta), result(h, tb)
     assert ja.generation_id == jb.generation_id == gen + 1
@@ -87,50 +88,50 @@ def test_a_second_member_triggers_a_rebalance_and_both_get_a_new_generation() ->
     sb = h.sync(G, b, gen + 1)
     assert sb not in h.answers  # waits for the leader's assignment
     h.sync(G, a, gen + 1, [(a, b"0,1"), (b, b"2,3")])
-    assert h.answers[sb] == m.SyncResult(m.NONE, "consumer", "range", b"2,3")
+    assert h.answers[sb] == m.SyncResult(Errors.NONE, "consumer", "range", b"2,3")
 
 
 def test_stale_and_unknown_requests_get_kafkas_error_codes() -> None:
     h = Harness()
     [(a, gen)] = stable_group(h, 1)
-    assert h.heartbeat(G, "nobody", gen) == m.UNKNOWN_MEMBER_ID
-    assert h.heartbeat(G, a, gen + 5) == m.ILLEGAL_GENERATION
-    assert h.heartbeat("other", a, gen) == m.UNKNOWN_MEMBER_ID
-    assert h.heartbeat("", a, gen) == m.INVALID_GROUP_ID
+    assert h.heartbeat(G, "nobody", gen) == Errors.UNKNOWN_MEMBER_ID
+    assert h.heartbeat(G, a, gen + 5) == Errors.ILLEGAL_GENERATION
+    assert h.heartbeat("other", a, gen) == Errors.UNKNOWN_MEMBER_ID
+    assert h.heartbeat("", a, gen) == Errors.INVALID_GROUP_ID
     s = h.sync(G, a, gen - 1)
-    assert h.answers[s] == m.SyncResult(m.ILLEGAL_GENERATION)
+    assert h.answers[s] == m.SyncResult(Errors.ILLEGAL_GENERATION)
     s = h.sync(G, "nobody", gen)
-    assert h.answers[s] == m.SyncResult(m.UNKNOWN_MEMBER_ID)
-    assert result(h, h.join(G, member_id="nobody")).error_code == m.UNKNOWN_MEMBER_ID
-    assert result(h, h.join("new", member_id="x")).error_code == m.UNKNOWN_MEMBER_ID
-    assert result(h, h.join(G, session_ms=10)).error_code == m.INVALID_SESSION_TIMEOUT
+    assert h.answers[s] == m.SyncResult(Errors.UNKNOWN_MEMBER_ID)
+    assert result(h, h.join(G, member_id="nobody")).error_code == Errors.UNKNOWN_MEMBER_ID
+    assert result(h, h.join("new", member_id="x")).error_code == Errors.UNKNOWN_MEMBER_ID
+    assert result(h, h.join(G, session_ms=10)).error_code == Errors.INVALID_SESSION_TIMEOUT
     bad = h.join(G, protocols=[("roundrobin", b"")])
-    assert result(h, bad).error_code == m.INCONSISTENT_GROUP_PROTOCOL
+    assert result(h, bad).error_code == Errors.INCONSISTENT_GROUP_PROTOCOL
     c = h.commit(G, a, gen + 1, {("t", 0): 5})
-    assert h.answers[c] == m.PartitionResults(m.NONE, {("t", 0): m.ILLEGAL_GENERATION})
+    assert h.answers[c] == m.PartitionResults(Errors.NONE, {("t", 0): Errors.ILLEGAL_GENERATION})
     c = h.commit(G, "nobody", gen, {("t", 0): 5})
-    assert h.answers[c] == m.PartitionResults(m.NONE, {("t", 0): m.UNKNOWN_MEMBER_ID})
+    assert h.answers[c] == m.PartitionResults(Errors.NONE, {("t", 0): Errors.UNKNOWN_MEMBER_ID})
     c = h.commit(G, "", -1, {("t", 0): 5})  # outside group management, group not empty
-    assert h.answers[c] == m.PartitionResults(m.NONE, {("t", 0): m.UNKNOWN_MEMBER_ID})
+    assert h.answers[c] == m.PartitionResults(Errors.NONE, {("t", 0): Errors.UNKNOWN_MEMBER_ID})
     r = h.leave(G, ("nobody", None))
-    assert r.members == (("nobody", None, m.UNKNOWN_MEMBER_ID),)
+    assert r.members == (("nobody", None, Errors.UNKNOWN_MEMBER_ID),)
 
 
 def test_requests_for_groups_we_do_not_coordinate() -> None:
     h = Harness()
     p = partition_for(G, 4)
     h.run(h.core.unload(p))
-    assert h.heartbeat(G, "a", 1) == m.NOT_COORDINATOR
+    assert h.heartbeat(G, "a", 1) == Errors.NOT_COORDINATOR
     h.run(h.core.begin_load(p))
-    assert h.heartbeat(G, "a", 1) == m.COORDINATOR_LOAD_IN_PROGRESS
-    assert result(h, h.join(G)).error_code == m.COORDINATOR_LOAD_IN_PROGRESS
+    assert h.heartbeat(G, "a", 1) == Errors.COORDINATOR_LOAD_IN_PROGRESS
+    assert result(h, h.join(G)).error_code == Errors.COORDINATOR_LOAD_IN_PROGRESS
 
 
 def test_a_leaving_member_hands_its_partitions_over_in_a_rebalance() -> None:
     h = Harness(initial_rebalance_delay_ms=3_000)
     (a, gen), (b, _) = stable_group(h, 2)
     r = h.leave(G, (b, None))
-    assert r.members == ((b, None, m.NONE),)
+    assert r.members == ((b, None, Errors.NONE),)
     assert h.core.groups[G].state == GroupState.PREPARING_REBALANCE
     ja = result(h, h.join(G, member_id=a))
     assert ja.generation_id == gen + 1 and [x[0] for x in ja.members] == [a]
@@ -141,10 +142,10 @@ def test_a_member_that_stops_heartbeating_is_removed_after_its_session() -> None
     (a, gen), (b, _) = stable_group(h, 2)
     for _ in range(4):
         h.tick(3_000)
-        assert h.heartbeat(G, a, gen) in (m.NONE, m.REBALANCE_IN_PROGRESS)
+        assert h.heartbeat(G, a, gen) in (Errors.NONE, Errors.REBALANCE_IN_PROGRESS)
     g = h.core.groups[G]
     assert b not in g.members and g.state == GroupState.PREPARING_REBALANCE
-    assert h.heartbeat(G, b, gen) == m.UNKNOWN_MEMBER_ID
+    assert h.heartbeat(G, b, gen) == Errors.UNKNOWN_MEMBER_ID
 
 
 def test_the_last_member_leaving_empties_the_group_and_bumps_the_generation() -> None:
@@ -166,7 +167,7 @@ def test_commits_are_answered_after_the_append_and_survive_a_coordinator_move() 
     assert c not in h.answers
     assert h.core.fetch_offsets(G, [("t", 0)])[1] == {("t", 0): None}  # not yet committed
     h.release()
-    assert h.answers[c] == m.PartitionResults(m.NONE, {("t", 0): 0, ("t", 1): 0})
+    assert h.answers[c] == m.PartitionResults(Errors.NONE, {("t", 0): 0, ("t", 1): 0})
     h.hold = False
     h.commit(G, a, gen, {("t", 0): 11})
     p = partition_for(G, 4)
@@ -175,15 +176,15 @@ def test_commits_are_answered_after_the_append_and_survive_a_coordinator_move() 
     assert {tp: v.offset for tp, v in offsets.items() if v} == {("t", 0): 11, ("t", 1): 20}
     g = h.core.groups[G]
     assert g.state == GroupState.STABLE and g.generation_id == gen and a in g.members
-    assert h.heartbeat(G, a, gen) == m.NONE
+    assert h.heartbeat(G, a, gen) == Errors.NONE
 
 
 def test_a_failed_commit_is_not_applied_and_says_why() -> None:
     h = Harness()
     [(a, gen)] = stable_group(h, 1)
-    h.fail_code = m.NOT_LEADER_OR_FOLLOWER
+    h.fail_code = Errors.NOT_LEADER_OR_FOLLOWER
     c = h.commit(G, a, gen, {("t", 0): 10})
-    assert h.answers[c] == m.PartitionResults(m.NONE, {("t", 0): m.NOT_COORDINATOR})
+    assert h.answers[c] == m.PartitionResults(Errors.NONE, {("t", 0): Errors.NOT_COORDINATOR})
     assert h.core.fetch_offsets(G, [("t", 0)])[1] == {("t", 0): None}
 
 
@@ -191,16 +192,16 @@ def test_a_failed_group_store_sends_everyone_back_to_rebalance() -> None:
     h = Harness()
     ta, a = h.join_until_member(G)
     gen = result(h, ta).generation_id
-    h.fail_code = m.REQUEST_TIMED_OUT
+    h.fail_code = Errors.REQUEST_TIMED_OUT
     s = h.sync(G, a, gen, [(a, b"x")])
-    assert h.answers[s] == m.SyncResult(m.COORDINATOR_NOT_AVAILABLE)
+    assert h.answers[s] == m.SyncResult(Errors.COORDINATOR_NOT_AVAILABLE)
     assert h.core.groups[G].state == GroupState.PREPARING_REBALANCE
 
 
 def test_static_member_restart_keeps_the_generation_and_fences_the_old_id() -> None:
     h = Harness()
     ta, a = h.join_until_member(G, instance="i1")
-    assert result(h, ta).error_code == m.NONE  # static members skip MEMBER_ID_REQUIRED
+    assert result(h, ta).error_code == Errors.NONE  # static members skip MEMBER_ID_REQUIRED
     tb = h.join(G, instance="i2")  # waits for i1 to rejoin
     ja, jb = result(h, h.join(G, member_id=a, instance="i1")), result(h, tb)
     gen, b = jb.generation_id, jb.member_id
@@ -209,11 +210,11 @@ def test_static_member_restart_keeps_the_generation_and_fences_the_old_id() -> N
     h.sync(G, a, gen, [(a, b"A"), (b, b"B")], instance="i1")
     # i2 restarts: a new member id, same generation, no rebalance
     j = result(h, h.join(G, instance="i2"))
-    assert j.error_code == m.NONE and j.generation_id == gen and j.member_id != b
+    assert j.error_code == Errors.NONE and j.generation_id == gen and j.member_id != b
     assert h.core.groups[G].state == GroupState.STABLE
     s = h.sync(G, j.member_id, gen, instance="i2")
-    assert h.answers[s] == m.SyncResult(m.NONE, "consumer", "range", b"B")
-    assert h.heartbeat(G, b, gen, instance="i2") == m.FENCED_INSTANCE_ID
+    assert h.answers[s] == m.SyncResult(Errors.NONE, "consumer", "range", b"B")
+    assert h.heartbeat(G, b, gen, instance="i2") == Errors.FENCED_INSTANCE_ID
 
 
 def test_offsets_of_an_empty_group_expire_after_retention_and_the_group_goes() -> None:
@@ -236,19 +237,19 @@ def test_delete_groups_and_offset_delete() -> None:
     h.commit(G, a, gen, {("t", 0): 5, ("u", 0): 7})
     t = h.token("del")
     h.run(h.core.delete_group(t, G))
-    assert h.answers[t] == m.NON_EMPTY_GROUP
+    assert h.answers[t] == Errors.NON_EMPTY_GROUP
     t = h.token("odel")
     h.run(h.core.delete_offsets(t, G, [("t", 0), ("u", 0)]))
     assert h.answers[t] == m.PartitionResults(
-        m.NONE, {("t", 0): m.GROUP_SUBSCRIBED_TO_TOPIC, ("u", 0): m.NONE}
+        Errors.NONE, {("t", 0): Errors.GROUP_SUBSCRIBED_TO_TOPIC, ("u", 0): Errors.NONE}
     )
     h.leave(G, (a, None))
     t = h.token("del")
     h.run(h.core.delete_group(t, G))
-    assert h.answers[t] == m.NONE and G not in h.core.groups
+    assert h.answers[t] == Errors.NONE and G not in h.core.groups
     t = h.token("del")
     h.run(h.core.delete_group(t, G))
-    assert h.answers[t] == m.GROUP_ID_NOT_FOUND
+    assert h.answers[t] == Errors.GROUP_ID_NOT_FOUND
     assert h.move(partition_for(G, 4)) == 0 and G not in h.core.groups
 
 
@@ -288,5 +289,5 @@ def test_a_generation_is_stored_before_it_is_handed_out_and_reloads_as_a_rebalan
     assert h.move(partition_for(G, 4)) == 0
     g = h.core.groups[G]
     assert g.state == GroupState.PREPARING_REBALANCE and g.generation_id == 1
-    assert h.heartbeat(G, a, 1) == m.REBALANCE_IN_PROGRESS
+    assert h.heartbeat(G, a, 1) == Errors.REBALANCE_IN_PROGRESS
     assert result(h, h.join(G, member_id=a)).generation_id == 2

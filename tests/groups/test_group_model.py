@@ -26,6 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from broker.group import messages as m
 from broker.group.config import partition_for
 from broker.group.group import GroupState
+from common.errors import Errors
 from tests.harness.group_harness import Harness
 
 G = "model-group"
@@ -75,9 +76,9 @@ class GroupModel(RuleBasedStateMachine):
             if cl.sync is not None and cl.sync in self.h.answers:
                 r = self.h.answers[cl.sync]
                 assert isinstance(r, m.SyncResult)
-                if r.error_code == m.NONE:
+                if r.error_code == Errors.NONE:
                     cl.synced_generation = cl.generation
-                elif r.error_code in (m.UNKNOWN_MEMBER_ID, m.FENCED_INSTANCE_ID):
+                elif r.error_code in (Errors.UNKNOWN_MEMBER_ID, Errors.FENCED_INSTANCE_ID):
                     self.forget(cl)
                 cl.sync = None
         for token, offsets in list(self.commits.items()):
@@ -85,7 +86,7 @@ class GroupModel(RuleBasedStateMachine):
                 r = self.h.answers[token]
                 assert isinstance(r, m.PartitionResults)
                 for tp, code in r.partitions.items():
-                    if code == m.NONE:
+                    if code == Errors.NONE:
                         self.committed[tp] = offsets[tp]
                 del self.commits[token]
 
@@ -96,15 +97,15 @@ class GroupModel(RuleBasedStateMachine):
     def on_join(self, c: int, r: object) -> None:
         assert isinstance(r, m.JoinResult)
         cl = self.clients[c]
-        if r.error_code == m.MEMBER_ID_REQUIRED:
+        if r.error_code == Errors.MEMBER_ID_REQUIRED:
             cl.member_id = r.member_id
-        elif r.error_code == m.NONE:
+        elif r.error_code == Errors.NONE:
             cl.member_id, cl.generation = r.member_id, r.generation_id
             self.max_told = max(self.max_told, r.generation_id)
             cl.leader = r.leader == r.member_id
             cl.members = [x[0] for x in r.members]
             assert not cl.leader or cl.member_id in cl.members
-        elif r.error_code in (m.UNKNOWN_MEMBER_ID, m.FENCED_INSTANCE_ID):
+        elif r.error_code in (Errors.UNKNOWN_MEMBER_ID, Errors.FENCED_INSTANCE_ID):
             self.forget(cl)
 
     # -- rules -------------------------------------------------------------------------------
@@ -143,7 +144,7 @@ class GroupModel(RuleBasedStateMachine):
         cl = self.clients[c]
         if cl.member_id:
             code = self.h.heartbeat(G, cl.member_id, cl.generation, INSTANCES.get(c))
-            if code in (m.UNKNOWN_MEMBER_ID, m.FENCED_INSTANCE_ID):
+            if code in (Errors.UNKNOWN_MEMBER_ID, Errors.FENCED_INSTANCE_ID):
                 self.forget(cl)
         self.collect()
 
@@ -192,7 +193,7 @@ class GroupModel(RuleBasedStateMachine):
             if not self.h.held:
                 break
             a = self.h.held.pop(0)
-            self.h.complete(a, m.NONE if ok else m.NOT_ENOUGH_REPLICAS)
+            self.h.complete(a, Errors.NONE if ok else Errors.NOT_ENOUGH_REPLICAS)
         self.collect()
 
     @rule(clients=st.sets(st.sampled_from(CLIENTS), min_size=1), omit=st.booleans())
@@ -222,7 +223,7 @@ class GroupModel(RuleBasedStateMachine):
         are lost, the groups are loaded from what was appended."""
         held, self.h.held = self.h.held, []
         for a in held:
-            self.h.complete(a, m.NOT_LEADER_OR_FOLLOWER)
+            self.h.complete(a, Errors.NOT_LEADER_OR_FOLLOWER)
         assert self.h.move(self.p) == 0
         self.collect()
         # What was never stored was never told: the loaded generation may be older

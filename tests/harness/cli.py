@@ -13,7 +13,7 @@ from tests.harness.dev_cluster import ROOT
 
 def kraft(*argv: str, stdin: str = "", timeout_s: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "kraft.cli", *argv],
+        [sys.executable, "-m", "kraft.tools.cli", *argv],
         cwd=ROOT,
         input=stdin,
         capture_output=True,

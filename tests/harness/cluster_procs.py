@@ -1,7 +1,7 @@
 """A local cluster (controllers + brokers) as separate processes that a test can crash,
 pause and restart one node at a time: SIGKILL, SIGSTOP / SIGCONT, start again on the
-same data. Built on kraft.dev's planning and kraft.launcher's controller processes, not on
-the `kraft dev` command, which owns its children.
+same data. Planned and started by kraft/tools/local_cluster.py (the path `kraft dev`
+takes), not by the `kraft dev` command, which owns its children.
 
     with ProcCluster(tmp_path, broker_props={"replica.lag.time.max.ms": "1500"}) as c:
         c.start()
@@ -15,24 +15,14 @@ the tails of every node's log.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
-import signal
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kraft.dev import (
-    BrokerProcess,
-    DevCluster,
-    plan_cluster,
-    write_configs,
-)
-from kraft.launcher import ControllerProcess, active_controller, controllers_running
-from storage.properties import parse_properties
+from kraft.tools.launcher import NodeProcess, active_controller, cluster_state, unfenced_brokers
+from kraft.tools.local_cluster import Cluster, plan_cluster, start_cluster, write_configs
 
 T = TypeVar("T")
 POLL_S = 0.05
@@ -75,14 +65,6 @@ def collapse_repeats(lines: list[str]) -> list[str]:
     return out
 
 
-def _get_json(url: str, timeout_s: float = 1.0) -> Any:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - loopback
-            return json.loads(resp.read())
-    except (OSError, urllib.error.URLError, ValueError):
-        return None
-
-
 class ProcCluster:
     """3 controllers + 3 brokers (by default) under `data_dir`, each its own process."""
 
@@ -95,89 +77,54 @@ class ProcCluster:
         controller_props: Mapping[str, str] | None = None,
         broker_props: Mapping[str, str] | None = None,
     ) -> None:
-        self.dev: DevCluster = plan_cluster(data_dir, n_controllers, n_brokers, 0)
+        self.cluster: Cluster = plan_cluster(data_dir, n_controllers, n_brokers)
         self.controller_props = dict(controller_props or {})
         self.broker_props = dict(broker_props or {})
-        self.paused: set[int] = set()  # pids we SIGSTOPped and have not SIGCONTed yet
 
     # -- nodes -------------------------------------------------------------------------------
 
     @property
-    def controllers(self) -> list[ControllerProcess]:
-        return self.dev.controllers
+    def controllers(self) -> list[NodeProcess]:
+        return self.cluster.controllers
 
     @property
-    def brokers(self) -> list[BrokerProcess]:
-        return self.dev.brokers
+    def brokers(self) -> list[NodeProcess]:
+        return self.cluster.brokers
 
     @property
     def bootstrap(self) -> str:
-        return self.dev.bootstrap_servers
+        return self.cluster.bootstrap_servers
 
-    def broker(self, node_id: int) -> BrokerProcess:
+    def broker(self, node_id: int) -> NodeProcess:
         return next(b for b in self.brokers if b.node_id == node_id)
 
-    def controller(self, node_id: int) -> ControllerProcess:
+    def controller(self, node_id: int) -> NodeProcess:
         return next(c for c in self.controllers if c.node_id == node_id)
 
     def logs(self, lines: int = 25) -> str:
         """The last `lines` lines of every node's log, runs of repeats collapsed."""
         out = []
-        for node in [*self.controllers, *self.brokers]:
-            kind = "controller" if isinstance(node, ControllerProcess) else "broker"
+        for node in self.cluster.nodes:
             state = "running" if node.running else "down"
             tail = collapse_repeats(node.log_tail(20 * lines).splitlines())[-lines:]
-            out.append(f"--- {kind} {node.node_id} ({state}, {node.log_path}) ---")
+            out.append(f"--- {node.role} {node.node_id} ({state}, {node.log_path}) ---")
             out.extend(tail)
         return "\n".join(out)
 
     # -- start / stop ------------------------------------------------------------------------
 
-    def write_configs(self) -> None:
-        write_configs(self.dev)  # writes the controllers' files (with a password) and brokers'
-        for c in self.controllers:
-            props = parse_properties(c.properties_path.read_text(encoding="utf-8"))
-            extra = {
-                k: v
-                for k, v in props.items()
-                if k not in {"process.roles", "node.id", "controller.quorum.voters",
-                             "controller.quorum.http.endpoints", "listeners",
-                             "metadata.log.dir", "controller.quorum.password"}
-            }
-            c.write_properties(
-                props["controller.quorum.voters"],
-                props["controller.quorum.http.endpoints"],
-                props["controller.quorum.password"],
-                {**extra, **self.controller_props},
-            )
-        for b in self.brokers:
-            props = parse_properties(b.properties_path.read_text(encoding="utf-8"))
-            b.write_properties({**props, **self.broker_props})
-
     def start(self, timeout_s: float = 60.0) -> None:
-        self.dev.data_dir.mkdir(parents=True, exist_ok=True)
-        self.write_configs()
-        for c in self.controllers:
-            c.start()
-        self.wait_active_controller(timeout_s)
-        state = wait_for(self.cluster_state, timeout_s, "the cluster state", self.logs)
-        baseline = int(state["metadata_offset"])
-        for b in self.brokers:
-            b.start()
-        self.wait_brokers_unfenced({b.node_id for b in self.brokers}, baseline, timeout_s)
+        write_configs(
+            self.cluster, controller_props=self.controller_props, broker_props=self.broker_props
+        )
+        start_cluster(self.cluster, timeout_s)
 
     def close(self) -> None:
         """Teardown: resume what we paused, then SIGKILL everything still running."""
         for node in [*self.brokers, *self.controllers]:
-            if node.proc is not None and node.proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    node.proc.send_signal(signal.SIGCONT)
-                    node.proc.send_signal(signal.SIGKILL)
-        for node in [*self.brokers, *self.controllers]:
-            if node.proc is not None:
-                with contextlib.suppress(Exception):
-                    node.proc.wait(10)
-        self.paused.clear()
+            node.resume()
+            with contextlib.suppress(Exception):
+                node.kill()
 
     def __enter__(self) -> ProcCluster:
         return self
@@ -189,9 +136,8 @@ class ProcCluster:
 
     def kill_broker(self, node_id: int) -> None:
         b = self.broker(node_id)
-        assert b.proc is not None and b.running, f"broker {node_id} is not running"
-        b.proc.send_signal(signal.SIGKILL)
-        b.proc.wait(10)
+        assert b.running, f"broker {node_id} is not running"
+        b.kill()
 
     def restart_broker(self, node_id: int) -> None:
         b = self.broker(node_id)
@@ -206,28 +152,17 @@ class ProcCluster:
 
     def pause_broker(self, node_id: int) -> None:
         b = self.broker(node_id)
-        assert b.proc is not None and b.running, f"broker {node_id} is not running"
-        b.proc.send_signal(signal.SIGSTOP)
-        self.paused.add(b.proc.pid)
+        assert b.running, f"broker {node_id} is not running"
+        b.pause()
 
     def resume_broker(self, node_id: int) -> None:
-        b = self.broker(node_id)
-        if b.proc is not None and b.proc.pid in self.paused:
-            with contextlib.suppress(ProcessLookupError):
-                b.proc.send_signal(signal.SIGCONT)
-            self.paused.discard(b.proc.pid)
+        self.broker(node_id).resume()
 
     # -- state -------------------------------------------------------------------------------
 
     def cluster_state(self) -> dict[str, Any] | None:
         """GET /v1/cluster from the active controller if one is known, else any."""
-        running = controllers_running(self.controllers)
-        ordered = sorted(running, key=lambda c: not bool((c.status(0.5) or {}).get("active")))
-        for c in ordered:
-            state = _get_json(c.url("/v1/cluster"))
-            if isinstance(state, dict):
-                return state
-        return None
+        return cluster_state(self.controllers)
 
     def partitions(self, topic: str) -> dict[int, dict[str, Any]] | None:
         """partition -> {replicas, isr, leader, leader_epoch, ...} from the controllers."""
@@ -245,21 +180,14 @@ class ProcCluster:
             return None
         return {b["broker_id"] for b in state.get("brokers", []) if b["fenced"]}
 
-    def wait_active_controller(self, timeout_s: float) -> ControllerProcess:
+    def wait_active_controller(self, timeout_s: float) -> NodeProcess:
         return wait_for(lambda: active_controller(self.controllers), timeout_s,
                         "the running controllers to agree on an active controller", self.logs)
 
     def wait_brokers_unfenced(self, ids: set[int], after_offset: int, timeout_s: float) -> None:
         def probe() -> bool:
             state = self.cluster_state()
-            if state is None:
-                return False
-            ready = {
-                b["broker_id"]
-                for b in state.get("brokers", [])
-                if not b["fenced"] and b["broker_epoch"] > after_offset
-            }
-            return ids <= ready
+            return state is not None and ids <= unfenced_brokers(state, after_offset)
 
         wait_for(probe, timeout_s, f"brokers {sorted(ids)} to be registered and unfenced",
                  self.logs)

@@ -20,14 +20,14 @@ READY = "all brokers unfenced"
 
 
 class DevProcess:
-    """`python -m kraft.cli dev` with its output read line by line in a thread."""
+    """`python -m kraft.tools.cli dev` with its output read line by line in a thread."""
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kraft.cli", "dev", "--data-dir", str(data_dir),
+            [sys.executable, "-m", "kraft.tools.cli", "dev", "--data-dir", str(data_dir),
              "--base-port", "0", "--timeout", "60"],
             cwd=ROOT,
             stdout=subprocess.PIPE,

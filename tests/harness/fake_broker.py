@@ -1,7 +1,7 @@
 """A broker's protocol layer (network, codec, apis) on its own thread, over a FAKE runtime.
 
-The fake stands in for replication and the controller (the protocol layer is what the
-broker tests check), but it keeps a real `storage.log.Log` per partition under a
+The fake stands in for the replica manager and the admin facade (the protocol layer is
+what the broker tests check), but it keeps a real `storage.log.Log` per partition under a
 directory, so produced bytes go through real storage and fetches are real file slices.
 """
 
@@ -20,7 +20,7 @@ from broker.apis import KafkaApis
 from broker.group.config import GroupConfig
 from broker.group.manager import GroupCoordinator
 from broker.network import KafkaServer
-from broker.runtime import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from broker.results import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
 from metadata_log.controller_api import (
     CreatableTopicResult,
     CreatePartitionsRequest,
@@ -39,7 +39,8 @@ from metadata_log.image import (
 )
 from metadata_log.records import Endpoint
 from storage.log import Log
-from storage.log_types import OffsetOutOfRangeError
+from storage.log_types import FetchDataInfo, OffsetOutOfRangeError
+from storage.record_batch import CheckedBatch
 
 T = TypeVar("T")
 BROKER_ID = 1
@@ -64,6 +65,9 @@ class FakeRuntime:
         # A real coordinator, but __consumer_offsets never gets created here: clients
         # with a group.id hear COORDINATOR_NOT_AVAILABLE, as from a cluster without it.
         self.groups = GroupCoordinator(GroupConfig(), self, self._no_offsets_topic)  # type: ignore[arg-type]
+        # The parts the handlers call: this fake plays the replica manager and the admin.
+        self.replica_manager = self
+        self.admin = self
 
     async def _no_offsets_topic(self) -> None:
         return None
@@ -71,9 +75,6 @@ class FakeRuntime:
     # metadata
     def image(self) -> MetadataImage:
         return self._image
-
-    def advertised_endpoint(self, broker_id: int) -> tuple[str, int] | None:
-        return (self.host, self.port) if broker_id == BROKER_ID else None
 
     def set_endpoint(self, host: str, port: int) -> None:
         self.host, self.port = host, port
@@ -105,11 +106,11 @@ class FakeRuntime:
 
     # data path
     async def produce(
-        self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int
+        self, topic: str, partition: int, batches: list[CheckedBatch], acks: int, timeout_ms: int
     ) -> ProduceResult:
         self.produce_calls += 1
         log = self.logs[(topic, partition)]
-        info = log.append_as_leader(records, leader_epoch=0)
+        info = log.append_checked_as_leader(batches, leader_epoch=0)
         self._wake()
         return ProduceResult(0, info.first_offset, info.log_append_time_ms, log.log_start_offset)
 
@@ -118,7 +119,13 @@ class FakeRuntime:
             self._appended.set()
             self._appended = None
 
-    def fetch(self, p: FetchPartition, replica_id: int, isolation_level: int) -> FetchResult:
+    def fetch(
+        self,
+        p: FetchPartition,
+        replica_id: int,
+        isolation_level: int,
+        found: FetchDataInfo | None = None,
+    ) -> FetchResult:
         self.fetch_calls += 1
         log = self.logs.get((p.topic, p.partition))
         if log is None:
@@ -136,19 +143,19 @@ class FakeRuntime:
         min_bytes: int,
         max_wait_ms: int,
         replica_id: int = -1,
-    ) -> None:
+    ) -> dict[FetchPartition, FetchDataInfo]:
         deadline = time.monotonic() + max_wait_ms / 1000
         while True:
             available = sum(self.fetch(p, -1, 0).size for p in partitions)
             remaining = deadline - time.monotonic()
             if available >= min_bytes or remaining <= 0:
-                return
+                return {}  # nothing kept: the fetch reads again
             if self._appended is None:
                 self._appended = asyncio.Event()
             try:
                 await asyncio.wait_for(self._appended.wait(), remaining)
             except TimeoutError:
-                return
+                return {}
 
     def list_offset(
         self, topic: str, partition: int, timestamp: int, current_leader_epoch: int
@@ -220,7 +227,8 @@ class BrokerThread:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.runtime = FakeRuntime(root)
-        self.apis = KafkaApis(self.runtime)
+        rt = self.runtime  # the replica manager and the admin facade, both faked
+        self.apis = KafkaApis(BROKER_ID, CLUSTER_ID, "PLAINTEXT", rt, rt.groups, rt)  # type: ignore[arg-type]
         self.server = KafkaServer(self.apis.handle, "127.0.0.1", 0, **server_options)
         self.host, self.port = self.call(self.server.start())
         self.runtime.set_endpoint(self.host, self.port)

@@ -10,6 +10,7 @@ from broker.group import messages as m
 from broker.group.config import GroupConfig
 from broker.group.coordinator import GroupCoordinatorCore
 from broker.group.messages import Append, Out, Reply
+from common.errors import Errors
 
 PROTOCOL = [("range", b"\x00\x01\x00\x00\x00\x01\x00\x01t")]  # subscribes to topic "t"
 
@@ -27,7 +28,7 @@ class Harness:
         self.log: dict[int, list[tuple[bytes, bytes | None]]] = {p: [] for p in range(partitions)}
         self.held: list[Append] = []
         self.hold = False  # keep appends in flight until `release`
-        self.fail_code = m.NONE  # what the next appends end with
+        self.fail_code = Errors.NONE  # what the next appends end with
         self._tokens = itertools.count(1)
         for p in range(partitions):
             self.core.begin_load(p)
@@ -47,11 +48,11 @@ class Harness:
                 self.complete(o, self.fail_code)
 
     def complete(self, a: Append, code: int) -> None:
-        if code == m.NONE:
+        if code == Errors.NONE:
             self.log[a.partition].extend(a.records)
         self.run(self.core.on_append_done(a.write_id, code, self.now))
 
-    def release(self, code: int = m.NONE) -> None:
+    def release(self, code: int = Errors.NONE) -> None:
         held, self.held = self.held, []
         for a in held:
             self.complete(a, code)
@@ -89,7 +90,7 @@ class Harness:
         t = self.join(group, **kw)
         first = self.answers[t]
         assert isinstance(first, m.JoinResult)
-        if first.error_code != m.MEMBER_ID_REQUIRED:
+        if first.error_code != Errors.MEMBER_ID_REQUIRED:
             return t, first.member_id
         return self.join(group, member_id=first.member_id, **kw), first.member_id
 

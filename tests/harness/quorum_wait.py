@@ -1,29 +1,17 @@
-"""What the controller quorum tests share: free ports for voters, the shared Raft password,
-and `eventually`, an async poll under a deadline (nothing sleeps to synchronise).
+"""What the controller quorum tests share: the shared Raft password and `eventually`, an
+async poll under a deadline (nothing sleeps to synchronise). Free ports come from
+kraft/tools/launcher.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 PASSWORD = "quorum-test-secret"
 T = TypeVar("T")
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 async def eventually(

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from broker.config import BrokerConfig, from_properties
-from broker.controller_channel import MetadataUpdate
-from broker.runtime import FetchPartition
+from broker.metadata_publisher import LoaderManifest
+from broker.results import FetchPartition
 from metadata_log.delta import MetadataDelta
 from metadata_log.image import MetadataImage
 from metadata_log.records import (
@@ -25,7 +25,7 @@ from metadata_log.records import (
     TopicRecord,
 )
 from metadata_log.snapshot import snapshot_records
-from storage.record_batch import RecordBatchView
+from storage.record_batch import CheckedBatch, RecordBatchView, validate_records
 from storage.records import Record as DataRecord
 from storage.records import build_batch, decode_batch
 
@@ -57,6 +57,11 @@ def batch(*values: bytes, pid: int = -1, epoch: int = -1, seq: int = -1) -> byte
     return build_batch(
         [DataRecord(v) for v in values], producer_id=pid, producer_epoch=epoch, base_sequence=seq
     )
+
+
+def checked(records: bytes) -> list[CheckedBatch]:
+    """What a produce hands the replica manager: the batches checked at the edge."""
+    return validate_records(records)
 
 
 def values_in(data: bytes) -> list[bytes | None]:
@@ -91,29 +96,32 @@ def register(broker_id: int, port: int) -> RegisterBrokerRecord:
     return RegisterBrokerRecord(broker_id, f"inc-{broker_id}", broker_id, (ep,), None, False)
 
 
+Update = tuple[MetadataDelta, MetadataImage, LoaderManifest]  # (delta, image, manifest)
+
+
 class Metadata:
-    """A metadata log in memory: records in, MetadataUpdates out."""
+    """A metadata log in memory: records in, what the loader hands its publishers out."""
 
     def __init__(self, brokers: tuple[int, ...] = (1, 2, 3)) -> None:
         self.image = MetadataImage()
         self.offset = -1
         self.pending: list[Record] = [register(b, 1) for b in brokers]
 
-    def update(self, *records: Record) -> MetadataUpdate:
+    def update(self, *records: Record) -> Update:
         delta = MetadataDelta(self.image)
         for r in [*self.pending, *records]:
             self.offset += 1
             delta.replay(r, self.offset)
         self.pending = []
         old, self.image = self.image, delta.apply()
-        return MetadataUpdate(old, self.image, delta, snapshot=False)
+        return delta, self.image, LoaderManifest(old, snapshot=False)
 
-    def snapshot(self) -> MetadataUpdate:
+    def snapshot(self) -> Update:
         """The whole image as a broker that loads a snapshot sees it."""
         delta = MetadataDelta(MetadataImage())
         for i, r in enumerate(snapshot_records(self.image)):
             delta.replay(r, i)
-        return MetadataUpdate(MetadataImage(), self.image, delta, snapshot=True)
+        return delta, self.image, LoaderManifest(MetadataImage(), snapshot=True)
 
 
 def topic(

@@ -49,10 +49,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 
 from broker.alter_partition import alter_partition_request
 from broker.fetcher import FollowerData
-from broker.hosted import HostedPartition, log_headers
+from broker.hosted import HostedPartition, log_headers, start_leader_epoch
 from broker.partition import AlterIsr, Partition
 from broker.producer_state import ProducerStateManager
-from kraft.controller import ControllerConfig, Decision, QuorumController
+from kraft.controller import QuorumController
+from kraft.decision import ControllerConfig, Decision
 from kraft.state_machine import AppendStatus, MetadataStateMachine
 from metadata_log.controller_api import (
     AlterPartitionResponse,
@@ -65,6 +66,7 @@ from metadata_log.controller_api import (
 from metadata_log.image import MetadataImage, PartitionRegistration
 from metadata_log.records import ControllerEpochRecord, Endpoint, encode_batch
 from storage.log import Log
+from storage.record_batch import validate_records
 from storage.records import Record, build_batch
 from tests.harness.replication_checks import ReplicationChecks
 from tests.harness.replication_model_parts import (
@@ -118,7 +120,7 @@ class ReplicationModel(ReplicationChecks, RuleBasedStateMachine):
 
     def append(self, records: list) -> None:
         if records:
-            self.run(Decision(records, lambda _r: None))
+            self.run(Decision(tuple(records)))
 
     @property
     def image(self) -> MetadataImage:
@@ -136,7 +138,7 @@ class ReplicationModel(ReplicationChecks, RuleBasedStateMachine):
         req = BrokerRegistrationRequest(
             b.id, f"inc-{b.id}-{b.incarnation}", [Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b.id)]
         )
-        resp = self.run(self.controller.register_broker(self.image, req, self.now))
+        resp = self.run(self.controller.decide(self.image, req, self.now))
         if resp.error_code == Errors.DUPLICATE_BROKER_REGISTRATION:
             return False
         assert resp.error_code == Errors.NONE, resp
@@ -146,7 +148,7 @@ class ReplicationModel(ReplicationChecks, RuleBasedStateMachine):
 
     def heartbeat(self, b: Broker) -> None:
         req = BrokerHeartbeatRequest(b.id, b.broker_epoch, b.metadata_offset)
-        self.run(self.controller.heartbeat(self.image, req, self.now))
+        self.run(self.controller.decide(self.image, req, self.now))
 
     def open_replica(self, b: Broker) -> None:
         lg = Log(b.dir / f"{TOPIC}-0", LOG_CONFIG)
@@ -178,7 +180,7 @@ class ReplicationModel(ReplicationChecks, RuleBasedStateMachine):
                 )
             ]
         )
-        resp = self.run(self.controller.create_topics(self.image, req, self.now))
+        resp = self.run(self.controller.decide(self.image, req, self.now))
         assert resp.topics[0].error_code == Errors.NONE, resp
         for b in self.brokers.values():
             self.open_replica(b)
@@ -197,14 +199,14 @@ class ReplicationModel(ReplicationChecks, RuleBasedStateMachine):
     # -- metadata ----------------------------------------------------------------------------
 
     def sync(self, b: Broker) -> None:
-        """The broker applies the latest metadata (as ReplicaManager.apply_update)."""
+        """The broker applies the latest metadata (as ReplicaManager.on_metadata_update)."""
         h = b.h
         assert h is not None
         reg, core = self.reg, h.core
         b.metadata_offset = self.sm.next_offset - 1
         leads = reg.leader == b.id
         if leads and (not core.is_leader or reg.leader_epoch != core.leader_epoch):
-            h.start_leader_epoch(reg.leader_epoch)
+            start_leader_epoch(h.log, reg.leader_epoch)
         h.install(reg, self.now)
 
     @rule(broker=st.sampled_from(BROKERS))
@@ -254,7 +256,7 @@ class ReplicationModel(ReplicationChecks, RuleBasedStateMachine):
         vid = next(self.value_ids)
         records = build_batch([Record(b"v", timestamp=vid)], now_ms=vid)
         ack = Ack(self, vid, -1)
-        result, required = b.h.produce(records, acks, MIN_ISR, ack)  # type: ignore[arg-type]
+        result, required = b.h.produce(validate_records(records), acks, MIN_ISR, ack)  # type: ignore[arg-type]
         if result.error_code == 0:
             ack.offset = result.base_offset
             if required is None and acks == -1:
@@ -294,7 +296,7 @@ class ReplicationModel(ReplicationChecks, RuleBasedStateMachine):
 
     def handle(self, msg: Message) -> None:
         if isinstance(msg, AlterReq):
-            resp = self.run(self.controller.alter_partition(self.image, msg.req, self.now))
+            resp = self.run(self.controller.decide(self.image, msg.req, self.now))
             self.send(AlterResp(msg.src, msg.alter, resp, msg.src_incarnation))
             return
         b = self.brokers[msg.dst]

@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from kraft.controller import ControllerConfig, Decision, QuorumController
+from kraft.controller import QuorumController
+from kraft.decision import ControllerConfig, Decision
 from kraft.state_machine import AppendStatus, MetadataStateMachine
 from metadata_log.controller_api import (
     AlterPartitionRequest,
@@ -106,7 +107,7 @@ class ControllerMachine(RuleBasedStateMachine):
             [Endpoint("PLAINTEXT", "127.0.0.1", 9092 + broker)],
             rack=f"r{broker % 2}",
         )
-        resp = self._run(self.controller.register_broker(self.image, req, self.now))
+        resp = self._run(self.controller.decide(self.image, req, self.now))
         if resp.error_code == Errors.NONE:
             assert self.image.brokers[broker].broker_epoch == resp.broker_epoch
         else:
@@ -119,7 +120,7 @@ class ControllerMachine(RuleBasedStateMachine):
         epoch = (b.broker_epoch if b else 0) - (1 if stale else 0)
         offset = self.sm.next_offset if caught_up else max(0, epoch - 1)
         req = BrokerHeartbeatRequest(broker, epoch, offset, want_shutdown=shutdown and not stale)
-        resp = self._run(self.controller.heartbeat(self.image, req, self.now))
+        resp = self._run(self.controller.decide(self.image, req, self.now))
         if b is None:
             assert resp.error_code == Errors.BROKER_ID_NOT_REGISTERED
         elif stale:
@@ -139,7 +140,7 @@ class ControllerMachine(RuleBasedStateMachine):
         # After a tick, nothing is left for a tick to do, and expired sessions are fenced.
         assert self.controller.tick(self.image, self.now) == []
         for b in self.image.brokers.values():
-            if not self.controller.session_alive(b.broker_id, self.now):
+            if not self.controller.cluster.session_alive(b.broker_id, self.now):
                 assert b.fenced
 
     @rule(n=st.integers(1, 5))
@@ -168,7 +169,7 @@ class ControllerMachine(RuleBasedStateMachine):
         self._failover()
         # The old active controller's decisions are refused by its stale epoch.
         topic = CreatableTopic("stale-topic", 1, 1)
-        d = stale.create_topics(self.image, CreateTopicsRequest([topic]), self.now)
+        d = stale.decide(self.image, CreateTopicsRequest([topic]), self.now)
         if d.records:
             res = self.sm.append_batch(self.epoch - 1, "old", 0, encode_batch(d.records))
             assert res.status == AppendStatus.STALE_CONTROLLER_EPOCH
@@ -179,7 +180,7 @@ class ControllerMachine(RuleBasedStateMachine):
     def create_topic(self, name: str, partitions: int, rf: int, unclean: bool) -> None:
         cfg = {"unclean.leader.election.enable": "true"} if unclean else {}
         req = CreateTopicsRequest([CreatableTopic(name, partitions, rf, configs=cfg)])
-        resp = self._run(self.controller.create_topics(self.image, req, self.now))
+        resp = self._run(self.controller.decide(self.image, req, self.now))
         (res,) = resp.topics
         live = len([b for b in self.image.live_brokers() if not b.in_controlled_shutdown])
         if res.error_code == Errors.NONE:
@@ -194,9 +195,7 @@ class ControllerMachine(RuleBasedStateMachine):
     @rule(name=TOPICS)
     def delete_topic(self, name: str) -> None:
         existed = name in self.image.topic_ids
-        resp = self._run(
-            self.controller.delete_topics(self.image, DeleteTopicsRequest([name]), self.now)
-        )
+        resp = self._run(self.controller.decide(self.image, DeleteTopicsRequest([name]), self.now))
         assert resp.topics[0].error_code == (
             Errors.NONE if existed else Errors.UNKNOWN_TOPIC_OR_PARTITION
         )
@@ -207,14 +206,14 @@ class ControllerMachine(RuleBasedStateMachine):
         topic = self.image.topic_by_name(name)
         count = len(topic.partitions) + more if topic else more
         req = CreatePartitionsRequest([CreatePartitionsTopic(name, count)])
-        resp = self._run(self.controller.create_partitions(self.image, req, self.now))
+        resp = self._run(self.controller.decide(self.image, req, self.now))
         if resp.topics[0].error_code == Errors.NONE:
             assert len(self.image.topic_by_name(name).partitions) == count
 
     @rule(data=st.data(), unclean=st.booleans())
     def elect_leaders(self, data: st.DataObject, unclean: bool) -> None:
         req = ElectLeadersRequest(1 if unclean else 0)
-        self._run(self.controller.elect_leaders(self.image, req, self.now))
+        self._run(self.controller.decide(self.image, req, self.now))
 
     # -- alter partition ---------------------------------------------------------------------
 
@@ -271,7 +270,7 @@ class ControllerMachine(RuleBasedStateMachine):
             new_isr,
             epochs,
         )
-        resp = self._run(self.controller.alter_partition(self.image, req, self.now))
+        resp = self._run(self.controller.decide(self.image, req, self.now))
         after = self.image.partition(topic_id, p)
         if resp.error_code == Errors.NONE:
             assert flaw == "none" and reg.leader == requester

@@ -1,5 +1,6 @@
-"""`kraft metadata` end to end: against a real 3-controller quorum (kraft/launcher.py,
-three processes on 127.0.0.1), on a snapshot file, and against nobody.
+"""`kraft metadata` end to end: against a real 3-controller quorum
+(kraft/tools/local_cluster.py, three processes on 127.0.0.1), on a snapshot file, and
+against nobody.
 
 The quorum is started once for the module. Every wait is a condition polled under a
 deadline; nothing sleeps to synchronise.
@@ -17,16 +18,16 @@ from typing import Any, TypeVar
 
 import pytest
 
-from kraft.cli import main as kraft_main
-from kraft.launcher import (
-    ControllerProcess,
+from kraft.tools.cli import main as kraft_main
+from kraft.tools.launcher import (
+    NodeProcess,
     describe_logs,
     free_ports,
-    start_controllers,
-    stop_controllers,
+    stop_nodes,
     wait_for_active,
     wait_until_caught_up,
 )
+from kraft.tools.local_cluster import start_controllers
 from metadata_log.delta import replay
 from metadata_log.image import MetadataImage
 from metadata_log.records import (
@@ -54,7 +55,7 @@ def eventually(probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
         time.sleep(0.05)
 
 
-def post(c: ControllerProcess, path: str, body: object) -> dict[str, Any] | None:
+def post(c: NodeProcess, path: str, body: object) -> dict[str, Any] | None:
     """POST to `c`; the JSON answer if 200, else None (not active yet, lost leadership)."""
     req = urllib.request.Request(
         c.url(path),
@@ -69,7 +70,7 @@ def post(c: ControllerProcess, path: str, body: object) -> dict[str, Any] | None
         return None
 
 
-def write(controllers: list[ControllerProcess], path: str, body: object) -> dict[str, Any]:
+def write(controllers: list[NodeProcess], path: str, body: object) -> dict[str, Any]:
     """Send `body` to whichever controller is active, retrying until one answers 200."""
 
     def attempt() -> dict[str, Any] | None:
@@ -79,7 +80,7 @@ def write(controllers: list[ControllerProcess], path: str, body: object) -> dict
 
 
 @pytest.fixture(scope="module")
-def quorum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ControllerProcess]]:
+def quorum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProcess]]:
     base = tmp_path_factory.mktemp("quorum")
     # Long sessions: the one broker below never heartbeats again.
     controllers = start_controllers(3, base, properties={"broker.session.timeout.ms": "600000"})
@@ -90,10 +91,10 @@ def quorum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Controller
             raise AssertionError(f"{exc}\n{describe_logs(controllers)}") from None
         yield controllers
     finally:
-        stop_controllers(controllers)
+        stop_nodes(controllers)
 
 
-def create_topic_with_a_broker(controllers: list[ControllerProcess]) -> None:
+def create_topic_with_a_broker(controllers: list[NodeProcess]) -> None:
     """Register and unfence broker 1 (so a partition can be placed), then create TOPIC
     with one partition, replication factor 1."""
     reg = write(
@@ -123,12 +124,12 @@ def create_topic_with_a_broker(controllers: list[ControllerProcess]) -> None:
 
 
 def test_cluster_json_shows_a_topic_created_over_http(
-    quorum: list[ControllerProcess], capsys: pytest.CaptureFixture[str]
+    quorum: list[NodeProcess], capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Any controller answers reads from its committed image: ask a follower.
     active = wait_for_active(quorum)
     follower = next(c for c in quorum if c is not active)
-    assert kraft_main(["metadata", "--controller", follower.http_address]) == 0
+    assert kraft_main(["metadata", "--controller", follower.address]) == 0
     cluster = json.loads(capsys.readouterr().out)
     topics = {t["name"]: t for t in cluster["topics"]}
     assert TOPIC in topics, cluster
@@ -141,10 +142,10 @@ def test_cluster_json_shows_a_topic_created_over_http(
 
 
 def test_records_are_printed_one_json_per_line_with_offsets(
-    quorum: list[ControllerProcess], capsys: pytest.CaptureFixture[str]
+    quorum: list[NodeProcess], capsys: pytest.CaptureFixture[str]
 ) -> None:
     active = wait_for_active(quorum)
-    assert kraft_main(["metadata", "--controller", active.http_address, "--records"]) == 0
+    assert kraft_main(["metadata", "--controller", active.address, "--records"]) == 0
     lines = capsys.readouterr().out.splitlines()
     records = [json.loads(line) for line in lines]
     assert [r["offset"] for r in records] == list(range(len(records)))
@@ -158,7 +159,7 @@ def test_records_are_printed_one_json_per_line_with_offsets(
     start = topics[0]["offset"]
     assert (
         kraft_main(
-            ["metadata", "--controller", active.http_address, "--records", "--from", str(start)]
+            ["metadata", "--controller", active.address, "--records", "--from", str(start)]
         )
         == 0
     )
@@ -167,7 +168,7 @@ def test_records_are_printed_one_json_per_line_with_offsets(
 
 
 def test_snapshot_of_the_live_quorum_prints_image_and_records(
-    quorum: list[ControllerProcess], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    quorum: list[NodeProcess], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     active = wait_for_active(quorum)
     with urllib.request.urlopen(active.url("/v1/metadata/snapshot"), timeout=5) as resp:  # noqa: S310

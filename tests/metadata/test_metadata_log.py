@@ -140,7 +140,7 @@ def test_a_retried_write_is_applied_once() -> None:
 def test_a_stale_controller_epoch_is_refused() -> None:
     sm = started()
     sm.append_batch(3, "w2", 0, encode_batch([ControllerEpochRecord(3, 2)]))
-    assert sm.controller_epoch == 3
+    assert sm.image.controller_epoch == 3
     res = sm.append_batch(1, "w", 5, encode_batch([NoOpRecord()]))
     assert res.status == AppendStatus.STALE_CONTROLLER_EPOCH
     # A newer epoch without its barrier is refused too: only a committed barrier counts.

@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -21,72 +19,38 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.harness.quorum_wait import PASSWORD, eventually, free_ports
-
-ROOT = Path(__file__).resolve().parents[2]
+from kraft.tools.launcher import describe_logs
+from kraft.tools.local_cluster import plan_cluster, write_configs
+from tests.harness.quorum_wait import PASSWORD, eventually
 
 
 class Cluster:
+    """Three controller processes (kraft/tools/local_cluster.py), by node id."""
+
     def __init__(self, root: Path, size: int = 3) -> None:
-        self.root = root
-        ports = free_ports(2 * size)
-        self.ids = list(range(1, size + 1))
-        self.raft = dict(zip(self.ids, ports[:size], strict=True))
-        self.http_ports = dict(zip(self.ids, ports[size:], strict=True))
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.raft.items())
-        http = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.http_ports.items())
-        for i in self.ids:
-            d = root / f"c{i}"
-            d.mkdir(parents=True, exist_ok=True)
-            (d / "controller.properties").write_text(
-                "process.roles=controller\n"
-                f"node.id={i}\n"
-                f"controller.quorum.voters={voters}\n"
-                f"controller.quorum.http.endpoints={http}\n"
-                f"listeners=CONTROLLER://127.0.0.1:{self.http_ports[i]}\n"
-                f"metadata.log.dir={d / 'metadata'}\n"
-                f"controller.quorum.password={PASSWORD}\n"
-                # Long sessions: the test's one broker never heartbeats again.
-                "broker.session.timeout.ms=600000\n"
-            )
+        planned = plan_cluster(root, size)
+        # Long sessions: the test's one broker never heartbeats again.
+        write_configs(
+            planned, password=PASSWORD, controller_props={"broker.session.timeout.ms": "600000"}
+        )
+        self.nodes = {c.node_id: c for c in planned.controllers}
+        self.ids = list(self.nodes)
 
     def http(self, node_id: int) -> str:
-        return f"127.0.0.1:{self.http_ports[node_id]}"
+        return self.nodes[node_id].address
 
     def start(self, node_id: int) -> None:
-        d = self.root / f"c{node_id}"
-        log = open(d / "controller.log", "ab")  # noqa: SIM115 - the child owns it
-        self.procs[node_id] = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kraft.controller_main",
-                "--config",
-                str(d / "controller.properties"),
-            ],
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
+        self.nodes[node_id].start()
 
     def kill(self, node_id: int) -> None:
-        proc = self.procs.pop(node_id)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+        self.nodes[node_id].kill()
 
     def stop_all(self) -> None:
-        for node_id in list(self.procs):
-            self.kill(node_id)
+        for node in self.nodes.values():
+            node.kill()
 
     def logs(self) -> str:
-        parts = []
-        for i in self.ids:
-            path = self.root / f"c{i}" / "controller.log"
-            text = path.read_text(errors="replace") if path.exists() else ""
-            parts.append(f"--- controller {i} ---\n" + "\n".join(text.splitlines()[-15:]))
-        return "\n".join(parts)
+        return describe_logs(self.nodes.values())
 
 
 @pytest.fixture
@@ -299,7 +263,7 @@ def test_sigkill_all_with_writes_in_flight_loses_no_acknowledged_write(cluster: 
                 f"round {rnd}: 30 more acknowledged writes",
             )
             for i in ids:  # all three at once, with writes in flight
-                os.kill(cluster.procs[i].pid, signal.SIGKILL)
+                os.kill(cluster.nodes[i].pid, signal.SIGKILL)  # type: ignore[arg-type]
             stop.set()
             # Answers received before the kill but not yet processed count as acknowledged.
             await asyncio.gather(*writers)

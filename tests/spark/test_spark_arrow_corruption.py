@@ -9,6 +9,7 @@ import struct
 
 import pytest
 
+from common.varint import write_varint
 from spark_jobs.arrow_records import RecordsDecodeError, decode_records
 from storage.compression import Compression
 from storage.record_batch import (
@@ -24,7 +25,6 @@ from storage.records import (
     Record,
     build_batch,
     decode_batch,
-    write_varint,
 )
 from tests.harness.arrow_oracle import (
     FAR,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kraft.cli import main
+from kraft.tools.cli import main
 from storage.compression import Compression
 from storage.log import Log
 from storage.record_batch import HEADER_SIZE
@@ -166,7 +166,7 @@ def test_dump_log_of_a_missing_file_returns_2(
 def test_dev_and_broker_take_their_own_options(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # `kraft dev` and `kraft broker` are wired to kraft/dev.py and broker/main.py; running
+    # `kraft dev` and `kraft broker` are wired to kraft/tools/dev.py and broker/main.py; running
     # them is tested in tests/cluster/test_dev_cluster.py. Here: their options reach them.
     with pytest.raises(SystemExit) as exc:
         main(["dev", "--help"])

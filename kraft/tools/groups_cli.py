@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any
 
-from kraft.client_cli import (
+from kraft.tools.client_cli import (
     CliError,
     _client_conf,
     _cluster_metadata,

@@ -1,0 +1,149 @@
+"""The admin facade the API handlers call: what a broker asks of the active controller
+on a client's behalf (CreateTopics, DeleteTopics, CreatePartitions, and the topics it
+creates itself: auto-created ones and `__consumer_offsets`), the producer-id block that
+InitProducerId draws from, and the configs DescribeConfigs shows.
+
+As Kafka's ForwardingManager, AutoTopicCreationManager and ProducerIdManager, in one
+small room: a controller that cannot be reached becomes a Kafka error code in the
+answer (REQUEST_TIMED_OUT, or the controller's own code), never an exception, so a
+handler answers every topic of a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from broker.config import BrokerConfig
+from broker.controller_channel import ControllerError, ControllerUnavailable
+from common.errors import Errors
+from common.topics import GROUP_METADATA_TOPIC_NAME
+from metadata_log.controller_api import (
+    AllocateProducerIdsResponse,
+    CreatableTopic,
+    CreatableTopicResult,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    TopicResult,
+)
+
+log = logging.getLogger(__name__)
+
+TopicConfigs = Callable[[str], dict[str, tuple[str, bool]] | None]
+
+
+class ActiveController(Protocol):
+    """The admin calls of the broker's channel to the active controller."""
+
+    async def create_topics(self, req: CreateTopicsRequest) -> CreateTopicsResponse: ...
+    async def delete_topics(self, req: DeleteTopicsRequest) -> DeleteTopicsResponse: ...
+    async def create_partitions(self, req: CreatePartitionsRequest) -> CreatePartitionsResponse: ...
+    async def allocate_producer_ids(self, broker_epoch: int) -> AllocateProducerIdsResponse: ...
+
+
+class Admin:
+    def __init__(
+        self,
+        controller: ActiveController,
+        config: BrokerConfig,
+        topic_configs: TopicConfigs,
+        broker_epoch: Callable[[], int],  # named in producer-id requests (as Kafka's)
+    ) -> None:
+        self.controller = controller
+        self._broker_epoch = broker_epoch
+        self.config = config
+        self.auto_create_topics_enable = config.auto_create_topics_enable
+        self._topic_configs = topic_configs
+        self._pid_lock = asyncio.Lock()
+        self._pid_next = 0
+        self._pid_end = 0
+
+    # -- forwarded to the active controller --------------------------------------------------
+
+    async def create_topics(self, req: CreateTopicsRequest) -> CreateTopicsResponse:
+        try:
+            return await self.controller.create_topics(req)
+        except (ControllerError, ControllerUnavailable) as exc:
+            code, msg = _failure(exc)
+            return CreateTopicsResponse(
+                [CreatableTopicResult(t.name, code, error_message=msg) for t in req.topics]
+            )
+
+    async def delete_topics(self, req: DeleteTopicsRequest) -> DeleteTopicsResponse:
+        try:
+            return await self.controller.delete_topics(req)
+        except (ControllerError, ControllerUnavailable) as exc:
+            code, msg = _failure(exc)
+            return DeleteTopicsResponse([TopicResult(n, code, msg) for n in req.names])
+
+    async def create_partitions(self, req: CreatePartitionsRequest) -> CreatePartitionsResponse:
+        try:
+            return await self.controller.create_partitions(req)
+        except (ControllerError, ControllerUnavailable) as exc:
+            code, msg = _failure(exc)
+            return CreatePartitionsResponse([TopicResult(t.name, code, msg) for t in req.topics])
+
+    async def create_offsets_topic(self) -> None:
+        """__consumer_offsets on first use, compacted, as Kafka creates it."""
+        cfg = self.config
+        topic = CreatableTopic(
+            name=GROUP_METADATA_TOPIC_NAME,
+            num_partitions=cfg.group_config.num_partitions,
+            replication_factor=cfg.offsets_topic_replication_factor,
+            configs={
+                "cleanup.policy": "compact",
+                "segment.bytes": str(cfg.offsets_topic_segment_bytes),
+            },
+        )
+        resp = await self.create_topics(CreateTopicsRequest(topics=[topic]))
+        for r in resp.topics:
+            if r.error_code not in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS):
+                log.warning(
+                    "cannot create %s (offsets.topic.replication.factor=%d): error %d %s",
+                    GROUP_METADATA_TOPIC_NAME,
+                    cfg.offsets_topic_replication_factor,
+                    r.error_code,
+                    r.error_message or "",
+                )
+
+    # -- producer ids ------------------------------------------------------------------------
+
+    async def init_producer_id(self) -> tuple[int, int, int]:
+        """(error code, producer id, epoch 0) from the block the controller gave us; while
+        there is none, COORDINATOR_LOAD_IN_PROGRESS (what Kafka answers then)."""
+        async with self._pid_lock:
+            if self._pid_next >= self._pid_end:
+                try:
+                    resp = await self.controller.allocate_producer_ids(self._broker_epoch())
+                except (ControllerError, ControllerUnavailable) as exc:
+                    log.info("no producer id block: %s", exc)
+                    return Errors.COORDINATOR_LOAD_IN_PROGRESS, -1, -1
+                if resp.error_code != Errors.NONE or resp.producer_id_len <= 0:
+                    return Errors.COORDINATOR_LOAD_IN_PROGRESS, -1, -1
+                self._pid_next = resp.producer_id_start
+                self._pid_end = resp.producer_id_start + resp.producer_id_len
+            pid = self._pid_next
+            self._pid_next += 1
+            return Errors.NONE, pid, 0
+
+    # -- configs (DescribeConfigs) -----------------------------------------------------------
+
+    def broker_configs(self) -> dict[str, tuple[str, bool]]:
+        """This broker's configs: name -> (value, is_default)."""
+        return self.config.described_configs()
+
+    def topic_configs(self, topic: str) -> dict[str, tuple[str, bool]] | None:
+        """A topic's effective configs (None: unknown topic)."""
+        return self._topic_configs(topic)
+
+
+def _failure(exc: Exception) -> tuple[int, str]:
+    if isinstance(exc, ControllerError):
+        return exc.error_code, exc.message
+    return Errors.REQUEST_TIMED_OUT, f"the controller did not answer in time: {exc}"

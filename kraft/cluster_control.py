@@ -1,0 +1,161 @@
+"""The cluster control manager (Kafka's ClusterControlManager with its
+BrokerHeartbeatManager): broker registrations, sessions and heartbeats, fencing and
+unfencing, controlled shutdown. Sans-I/O: an image, a request and `now_ms` in; a decision
+out.
+
+Kafka's rules (KIP-631): a broker registers with a new epoch per incarnation (the offset
+of its registration); it must heartbeat within `broker.session.timeout.ms` or be fenced;
+it is unfenced once caught up with the metadata log (its current metadata offset reached
+its broker epoch). A fenced or shutting-down broker must also leave leaderships and ISRs:
+that is the replication manager's part, so each decision here says which brokers it
+changes (`BrokerTransition`) and the router adds the partition changes to the same batch.
+
+Sessions live only in the active controller's memory: a new active controller gives every
+broker a fresh session before fencing any (`activate`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.errors import Errors
+from kraft.decision import ControllerConfig, Decision
+from metadata_log.controller_api import (
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+)
+from metadata_log.image import MetadataImage
+from metadata_log.records import (
+    ControlledShutdownRecord,
+    FenceBrokerRecord,
+    Record,
+    RegisterBrokerRecord,
+    UnfenceBrokerRecord,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerTransition:
+    """Brokers whose usability a decision changes, for the replication manager: leaders
+    and ISR places move off `unusable`; offline partitions may be led by `newly_usable`;
+    `restarted` brokers (a new incarnation) may have lost an unflushed tail."""
+
+    unusable: frozenset[int] = frozenset()
+    newly_usable: frozenset[int] = frozenset()
+    restarted: frozenset[int] = frozenset()
+
+
+class ClusterControlManager:
+    def __init__(self, config: ControllerConfig) -> None:
+        self.config = config
+        self._deadlines: dict[int, int] = {}  # broker id -> session expiry (ms)
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def activate(self, image: MetadataImage, now_ms: int) -> None:
+        """A new active controller gives every broker a fresh session before fencing any:
+        heartbeat times of the previous one died with it."""
+        timeout = self.config.session_timeout_ms
+        self._deadlines = {b: now_ms + timeout for b in image.brokers}
+
+    def _touch(self, broker_id: int, now_ms: int) -> None:
+        self._deadlines[broker_id] = now_ms + self.config.session_timeout_ms
+
+    def session_alive(self, broker_id: int, now_ms: int) -> bool:
+        return self._deadlines.get(broker_id, -1) > now_ms
+
+    # -- decisions ---------------------------------------------------------------------------
+
+    def register_broker(
+        self, image: MetadataImage, req: BrokerRegistrationRequest, now_ms: int
+    ) -> tuple[Decision, BrokerTransition | None]:
+        existing = image.brokers.get(req.broker_id)
+        if existing is not None and existing.incarnation_id == req.incarnation_id:
+            self._touch(req.broker_id, now_ms)
+            response = BrokerRegistrationResponse(Errors.NONE, existing.broker_epoch)
+            return Decision.answer(response), None
+        if (
+            existing is not None
+            and not existing.fenced
+            and self.session_alive(req.broker_id, now_ms)
+        ):
+            refusal = BrokerRegistrationResponse(
+                Errors.DUPLICATE_BROKER_REGISTRATION,
+                error_message=f"broker {req.broker_id} is registered by another "
+                "incarnation whose session is alive",
+            )
+            return Decision.answer(refusal), None
+        record = RegisterBrokerRecord(
+            req.broker_id, req.incarnation_id, -1, tuple(req.listeners), req.rack, True
+        )
+        self._touch(req.broker_id, now_ms)
+        decision = Decision(
+            (record,),
+            # The broker epoch is the registration's offset, known once it is applied.
+            BrokerRegistrationResponse(Errors.NONE),
+            BrokerRegistrationResponse(Errors.UNKNOWN_SERVER_ERROR),
+            offset_field="broker_epoch",
+            error_field="error_message",
+        )
+        if existing is None:
+            return decision, None
+        # A restarted broker: fenced until caught up again, and out of leaderships now.
+        restarted = frozenset({req.broker_id})
+        return decision, BrokerTransition(unusable=restarted, restarted=restarted)
+
+    def heartbeat(
+        self, image: MetadataImage, req: BrokerHeartbeatRequest, now_ms: int
+    ) -> tuple[Decision, BrokerTransition | None]:
+        b = image.brokers.get(req.broker_id)
+        if b is None:
+            return Decision.answer(BrokerHeartbeatResponse(Errors.BROKER_ID_NOT_REGISTERED)), None
+        if b.broker_epoch != req.broker_epoch:
+            return Decision.answer(BrokerHeartbeatResponse(Errors.STALE_BROKER_EPOCH)), None
+        self._touch(b.broker_id, now_ms)
+        caught_up = req.current_metadata_offset >= b.broker_epoch
+        records: list[Record] = []
+        transition: BrokerTransition | None = None
+        fenced = b.fenced
+        if req.want_shutdown:
+            if not b.in_controlled_shutdown:
+                records.append(ControlledShutdownRecord(b.broker_id, b.broker_epoch))
+                transition = BrokerTransition(unusable=frozenset({b.broker_id}))
+        elif req.want_fence and not b.fenced:
+            records.append(FenceBrokerRecord(b.broker_id, b.broker_epoch))
+            transition = BrokerTransition(unusable=frozenset({b.broker_id}))
+            fenced = True
+        elif b.fenced and caught_up and not req.want_fence:
+            records.append(UnfenceBrokerRecord(b.broker_id, b.broker_epoch))
+            # Offline partitions it can lead get their leader in the same batch.
+            # (Unfencing also ends a controlled shutdown: see UnfenceBrokerRecord's replay.)
+            transition = BrokerTransition(newly_usable=frozenset({b.broker_id}))
+            fenced = False
+        leads = any(
+            reg.leader == b.broker_id and len(reg.replicas) > 1
+            for t in image.topics.values()
+            for reg in t.partitions.values()
+        )
+        # A broker may stop once its controlled shutdown has committed and it leads nothing
+        # that another replica could lead.
+        shut_down = req.want_shutdown and b.in_controlled_shutdown and not leads
+        response = BrokerHeartbeatResponse(
+            Errors.NONE, is_caught_up=caught_up, is_fenced=fenced, should_shut_down=shut_down
+        )
+        failure = BrokerHeartbeatResponse(Errors.UNKNOWN_SERVER_ERROR, is_fenced=b.fenced)
+        return Decision(tuple(records), response, failure), transition
+
+    def fence_expired(
+        self, image: MetadataImage, now_ms: int
+    ) -> tuple[list[Record], BrokerTransition]:
+        """Fence every unfenced broker whose session has expired."""
+        expired = sorted(
+            b.broker_id
+            for b in image.brokers.values()
+            if not b.fenced and not self.session_alive(b.broker_id, now_ms)
+        )
+        records: list[Record] = [
+            FenceBrokerRecord(bid, image.brokers[bid].broker_epoch) for bid in expired
+        ]
+        return records, BrokerTransition(unusable=frozenset(expired))

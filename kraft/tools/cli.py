@@ -1,0 +1,61 @@
+"""The `kraft` command line.
+
+`dev` (a local cluster), `controller`, `broker`, `topics`, `produce`, `consume`
+(kafka-topics and the console producer/consumer, over the Kafka protocol), `metadata`
+(like kafka-metadata-shell) and `dump-log` (like kafka-dump-log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kraft.tools import client_cli, dump_log, groups_cli, metadata_cli
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kraft", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    dump_log.add_parser(sub)
+    ctl = sub.add_parser("controller", help="run a controller (Raft voter + HTTP API)")
+    ctl.add_argument("--config", required=True, help="controller.properties")
+    ctl.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    metadata_cli.add_parser(sub)
+    client_cli.add_parsers(sub)
+    groups_cli.add_parser(sub)
+    # `dev` and `broker` parse their own options (see kraft/tools/dev.py, broker/main.py).
+    sub.add_parser("dev", help="run a local cluster (3 controllers, 3 brokers)", add_help=False)
+    sub.add_parser("broker", help="run a Kafka-protocol broker", add_help=False)
+    # parse_known_args: `dev` and `broker` take the options after their name themselves.
+    args, unknown = parser.parse_known_args(argv)
+    if args.command in ("dev", "broker"):
+        rest = list(sys.argv[1:] if argv is None else argv)
+        rest = rest[rest.index(args.command) + 1 :]
+        if args.command == "dev":
+            from kraft.tools import dev  # imported late: only this command needs it
+
+            return dev.main(rest)
+        from broker import main as broker_main
+
+        return broker_main.main(rest)
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "dump-log":
+        return dump_log.run(args)
+    if args.command == "metadata":
+        return metadata_cli.run(args)
+    if args.command in client_cli.COMMANDS:
+        return client_cli.run(args)
+    if args.command in groups_cli.COMMANDS:
+        return groups_cli.run(args)
+    # The one command left: `controller`.
+    from kraft import controller_main  # imported late: it pulls in pysyncobj and aiohttp
+
+    forwarded = ["--config", args.config]
+    for item in args.override:
+        forwarded += ["--override", item]
+    return controller_main.main(forwarded)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
