@@ -5,7 +5,7 @@ leadership change from the metadata log, a local append, a follower's fetch, the
 leader's HW seen by our fetcher, the controller's answer to an ISR change) with
 `now_ms`, and gets back what to do (which pending acks=all produces completed and
 with which code, which ISR change to propose). That keeps every rule here drivable by
-Hypothesis without ports or sleeps (tests/test_replication_model.py).
+Hypothesis without ports or sleeps (tests/broker/test_replication_model.py).
 
 Kafka's rules (Partition.scala, KIP-497, KIP-841):
 - The leader's HW = min LEO over the *maximal* ISR, the leader's own LEO included: the

@@ -3,7 +3,7 @@
 Every module that answers or interprets an error code uses these members; they are ints,
 so they go on the wire and into msgspec bodies as they are. The codes and retriable flags
 are Kafka's (the list was generated from kio's `ErrorCode`, itself generated from Kafka's
-JSON schemas); `tests/test_protocol_vocabulary.py` checks they still agree with kio."""
+JSON schemas); `tests/common/test_protocol_vocabulary.py` checks they still agree with kio."""
 
 from __future__ import annotations
 

@@ -35,6 +35,11 @@ class OffsetRange:
         return self.until_offset - self.from_offset
 
 
+def client_for(o: SourceOptions) -> KafkaClient:
+    """The driver's client for planning (and for a stream's offsets), from the options."""
+    return KafkaClient(o.bootstrap, o.client_id, o.request_timeout_ms, o.api_timeout_ms)
+
+
 def resolve_partitions(client: KafkaClient, sub: Subscription) -> list[TP]:
     if sub.kind == "assign":
         meta = client.metadata({t for t, _ in sub.partitions})

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaError, Message, Producer
 
-from spark_jobs.writer import SinkPlan
+from spark_jobs.sink_plan import SinkPlan
 
 POLL_S = 0.1  # how long to serve delivery reports while the local queue is full
 MAX_ERRORS_SHOWN = 3

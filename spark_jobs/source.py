@@ -38,16 +38,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs.kafka_client import KafkaClient
+from spark_jobs.input_partition import RangePartition, read_partition
 from spark_jobs.options import SourceOptions, parse_options
 from spark_jobs.planner import (
-    OffsetRange,
+    client_for,
     offset_ranges,
     resolve_offsets,
     split_ranges,
     starting_offsets,
 )
-from spark_jobs.range_reader import ReadSettings, read_range
+from spark_jobs.range_reader import ReadSettings
 
 FORMAT = "kraft"
 
@@ -67,19 +67,6 @@ def spark_schema(include_headers: bool) -> StructType:
         header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
         fields.append(StructField("headers", ArrayType(header)))
     return StructType(fields)
-
-
-class RangePartition(InputPartition):
-    """One Spark partition: an offset range and what the executor needs to read it."""
-
-    def __init__(self, offset_range: OffsetRange, settings: ReadSettings) -> None:
-        super().__init__(offset_range)
-        self.offset_range = offset_range
-        self.settings = settings
-
-
-def client_for(o: SourceOptions) -> KafkaClient:
-    return KafkaClient(o.bootstrap, o.client_id, o.request_timeout_ms, o.api_timeout_ms)
 
 
 class KraftDataSource(DataSource):
@@ -129,9 +116,3 @@ class KraftBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
-
-
-def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    if not isinstance(partition, RangePartition):
-        return  # a plan with no ranges: Spark still runs one task, with a placeholder
-    yield from read_range(partition.offset_range, partition.settings)

@@ -21,10 +21,16 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from spark_jobs.input_partition import RangePartition, read_partition
 from spark_jobs.options import EARLIEST, LATEST, TP, SourceOptions
-from spark_jobs.planner import offset_ranges, resolve_partitions, split_ranges, starting_offsets
+from spark_jobs.planner import (
+    client_for,
+    offset_ranges,
+    resolve_partitions,
+    split_ranges,
+    starting_offsets,
+)
 from spark_jobs.range_reader import ReadSettings
-from spark_jobs.source import RangePartition, client_for, read_partition
 
 Offsets = dict[str, dict[str, int]]
 

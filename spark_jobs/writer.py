@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 from confluent_kafka import KafkaException, Producer
@@ -36,6 +36,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import DataType, StructType
 
 from spark_jobs.options import parse_bootstrap
+from spark_jobs.sink_plan import SinkPlan
+from spark_jobs.sink_task import write_batches
 
 log = logging.getLogger(__name__)
 
@@ -72,16 +74,6 @@ _REFUSED = {
 
 class KafkaSinkError(ValueError):
     """An option or column Spark's Kafka sink would refuse; the message says which."""
-
-
-@dataclass(frozen=True)
-class SinkPlan:
-    """What a task needs to write (plain data, so it pickles to the executors)."""
-
-    producer_config: dict[str, str]
-    topic: str | None  # the `topic` option; None: every row's `topic` column
-    columns: tuple[str, ...]  # the sink columns present in the DataFrame
-    flush_timeout_s: float = field(default=130.0)
 
 
 def plan_sink(options: Mapping[str, str], schema: StructType) -> SinkPlan:
@@ -187,8 +179,6 @@ class _SinkWrite:
     plan: SinkPlan
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        from spark_jobs.sink_task import write_batches
-
         rows = write_batches(self.plan, iterator)
         return KraftCommitMessage(rows, _task_partition_id())
 

@@ -1,0 +1,1 @@
+"""Tests of broker/: the Kafka protocol layer, partitions and replication."""

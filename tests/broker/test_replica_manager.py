@@ -1,0 +1,358 @@
+"""The broker's replication core and replica manager, through real storage.
+
+Metadata updates are built from real records with `MetadataDelta` (no controller);
+logs are real `storage.log.Log`s under tmp_path. The pure cores (`Partition`,
+`ProducerStateManager`) are driven directly. Replication over the wire between two
+brokers is in tests/broker/test_replication_wire.py.
+
+Every wait has a deadline; nothing sleeps to synchronise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from broker.fetcher import FollowerData
+from broker.producer_state import (
+    INT32_MAX,
+    BatchHeader,
+    ProducerStateError,
+    ProducerStateManager,
+    increment_sequence,
+)
+from broker.replica_manager import ReplicaManager
+from metadata_log.records import (
+    ConfigRecord,
+    PartitionChangeRecord,
+    RemoveTopicRecord,
+)
+from storage.log import Log
+from storage.log_manager import LogManager
+from storage.log_types import FetchDataInfo
+from storage.record_batch import RecordBatchView
+from tests.harness.replicas import (
+    TID,
+    TOPIC,
+    Metadata,
+    batch,
+    broker_config,
+    checked,
+    eventually,
+    fp,
+    run,
+    topic,
+    values_in,
+)
+
+TID2 = "7f1c2b63-4e6c-4e8f-8b66-1b5c3a4d2e21"
+
+
+def manager(tmp_path: Path, node_id: int = 1, **props: str) -> ReplicaManager:
+    cfg = broker_config(tmp_path, node_id, **props)
+    lm = LogManager(cfg.log_dirs, cfg.log_config, cfg.log_manager_config)
+    lm.startup()
+    return ReplicaManager(cfg, lm)
+
+
+def fetched(rm: ReplicaManager, offset: int, replica_id: int = -1) -> list[bytes | None]:
+    r = rm.fetch(fp(offset), replica_id, 0)
+    assert r.error_code == 0, r
+    return values_in(r.records.read() if hasattr(r.records, "read") else (r.records or b""))  # type: ignore[union-attr]
+
+
+# -- ProducerStateManager ---------------------------------------------------------------------
+
+
+def headers(*batches: bytes) -> list[BatchHeader]:
+    return [BatchHeader.of(RecordBatchView(b)) for b in batches]
+
+
+def test_producer_state_sequences_duplicates_and_epochs() -> None:
+    ps = ProducerStateManager()
+    b0 = batch(b"a", b"b", pid=7, epoch=3, seq=0)
+    assert ps.check(headers(b0)) is None  # an unknown producer may start anywhere
+    ps.record(headers(b0), first_offset=100)
+    dup = ps.check(headers(b0))
+    assert dup is not None and (dup.first_offset, dup.last_offset) == (100, 101)
+    with pytest.raises(ProducerStateError) as gap:
+        ps.check(headers(batch(b"c", pid=7, epoch=3, seq=5)))
+    assert gap.value.error_code == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    with pytest.raises(ProducerStateError) as old:
+        ps.check(headers(batch(b"c", pid=7, epoch=2, seq=2)))
+    assert old.value.error_code == 47  # INVALID_PRODUCER_EPOCH
+    with pytest.raises(ProducerStateError) as new_epoch:
+        ps.check(headers(batch(b"c", pid=7, epoch=4, seq=3)))
+    assert new_epoch.value.error_code == 45  # a new epoch starts at 0
+    assert ps.check(headers(batch(b"c", pid=7, epoch=4, seq=0))) is None
+    # the batches of one request are checked in order
+    ok = headers(batch(b"c", pid=7, epoch=3, seq=2), batch(b"d", pid=7, epoch=3, seq=3))
+    assert ps.check(ok) is None
+    with pytest.raises(ProducerStateError):
+        ps.check(headers(batch(b"c", pid=7, epoch=3, seq=2), batch(b"d", pid=7, epoch=3, seq=2)))
+
+
+def test_producer_state_keeps_five_batches_and_wraps_sequences() -> None:
+    ps = ProducerStateManager()
+    for i in range(7):
+        ps.record(headers(batch(b"x", pid=1, epoch=0, seq=i)), first_offset=i)
+    assert ps.check(headers(batch(b"x", pid=1, epoch=0, seq=2))) is not None
+    with pytest.raises(ProducerStateError):  # older than the last five: out of order
+        ps.check(headers(batch(b"x", pid=1, epoch=0, seq=1)))
+    assert increment_sequence(INT32_MAX, 1) == 0
+    ps.record(headers(batch(b"x", pid=2, epoch=0, seq=INT32_MAX)), first_offset=50)
+    assert ps.check(headers(batch(b"y", pid=2, epoch=0, seq=0))) is None
+
+
+# -- the leader's data path --------------------------------------------------------------------
+
+
+@run
+async def test_produce_and_fetch_with_rf1(tmp_path: Path) -> None:
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic()))
+    r = await rm.produce(TOPIC, 0, checked(batch(b"a", b"b")), acks=1, timeout_ms=1000)
+    assert (r.error_code, r.base_offset) == (0, 0)
+    r = await rm.produce(TOPIC, 0, checked(batch(b"c")), acks=-1, timeout_ms=1000)
+    assert (r.error_code, r.base_offset) == (0, 2)
+    assert fetched(rm, 0) == [b"a", b"b", b"c"]
+    assert rm.list_offset(TOPIC, 0, -1, -1).offset == 3
+    assert rm.list_offset(TOPIC, 0, -2, -1).offset == 0
+    assert rm.offset_for_leader_epoch(TOPIC, 0, 0, -1) == (0, 0, 3)
+    assert rm.fetch(fp(4), -1, 0).error_code == 1  # OFFSET_OUT_OF_RANGE
+    assert rm.fetch(fp(0, epoch=1), -1, 0).error_code == 75  # UNKNOWN_LEADER_EPOCH
+    assert (await rm.produce("nope", 0, checked(batch(b"x")), 1, 1000)).error_code == 3
+
+
+@run
+async def test_errors_for_followers_and_fenced_epochs(tmp_path: Path) -> None:
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic(replicas=(2, 1), leader=2, epoch=3)))
+    assert (await rm.produce(TOPIC, 0, checked(batch(b"a")), 1, 1000)).error_code == 6
+    assert rm.fetch(fp(0), -1, 0).error_code == 6
+    await rm.on_metadata_update(*md.update(PartitionChangeRecord(TID, 0, (1, 2), 1, 4, 1)))
+    assert rm.fetch(fp(0, epoch=3), -1, 0).error_code == 74  # FENCED_LEADER_EPOCH
+    assert rm.fetch(fp(0, epoch=4), -1, 0).error_code == 0
+    assert rm.partition(TOPIC, 0).log.leader_epoch_cache.latest_epoch == 4  # type: ignore[union-attr]
+
+
+@run
+async def test_acks_all_waits_for_the_isr_and_consumers_see_only_committed(tmp_path: Path) -> None:
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic(replicas=(1, 2, 3))))
+    produce = asyncio.create_task(rm.produce(TOPIC, 0, checked(batch(b"a", b"b")), -1, 10_000))
+    await eventually(lambda: rm.partition(TOPIC, 0).log.log_end_offset == 2, 5, "append")  # type: ignore[union-attr]
+    assert fetched(rm, 0) == []  # the HW is still 0
+    assert fetched(rm, 0, replica_id=2) == [b"a", b"b"]  # followers read to the LEO
+    rm.fetch(fp(2), 2, 0)
+    assert not produce.done()
+    rm.fetch(fp(2), 3, 0)
+    result = await asyncio.wait_for(produce, 5)
+    assert (result.error_code, result.base_offset) == (0, 0)
+    assert fetched(rm, 0) == [b"a", b"b"]
+
+
+@run
+async def test_min_insync_replicas_and_timeouts(tmp_path: Path) -> None:
+    md = Metadata()
+    rm = manager(tmp_path, **{"min.insync.replicas": "2"})
+    await rm.on_metadata_update(*md.update(*topic(replicas=(1, 2), isr=(1,))))
+    r = await rm.produce(TOPIC, 0, checked(batch(b"a")), -1, 1000)
+    assert r.error_code == 19  # NOT_ENOUGH_REPLICAS, nothing appended
+    assert rm.partition(TOPIC, 0).log.log_end_offset == 0  # type: ignore[union-attr]
+    assert (await rm.produce(TOPIC, 0, checked(batch(b"a")), 1, 1000)).error_code == 0
+    await rm.on_metadata_update(*md.update(PartitionChangeRecord(TID, 0, (1, 2), 1, 0, 1)))
+    r = await rm.produce(TOPIC, 0, checked(batch(b"b")), -1, 50)
+    assert r.error_code == 7  # REQUEST_TIMED_OUT: broker 2 never fetched
+    assert rm.partition(TOPIC, 0).core.drain_pending() == []  # type: ignore[union-attr]
+    # a topic-level min.insync.replicas wins over the broker's
+    await rm.on_metadata_update(*md.update(ConfigRecord(2, TOPIC, "min.insync.replicas", "3")))
+    assert (await rm.produce(TOPIC, 0, checked(batch(b"c")), -1, 50)).error_code == 19
+
+
+@run
+async def test_idempotent_retries_get_original_offsets(tmp_path: Path) -> None:
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic()))
+    first = batch(b"a", b"b", pid=42, epoch=0, seq=0)
+    assert (await rm.produce(TOPIC, 0, checked(first), 1, 1000)).base_offset == 0
+    assert (
+        await rm.produce(TOPIC, 0, checked(batch(b"c", pid=42, epoch=0, seq=2)), 1, 1000)
+    ).base_offset == 2
+    again = await rm.produce(TOPIC, 0, checked(batch(b"a", b"b", pid=42, epoch=0, seq=0)), -1, 1000)
+    assert (again.error_code, again.base_offset) == (0, 0)
+    assert rm.partition(TOPIC, 0).log.log_end_offset == 3  # type: ignore[union-attr]
+    gap = await rm.produce(TOPIC, 0, checked(batch(b"d", pid=42, epoch=0, seq=9)), 1, 1000)
+    assert gap.error_code == 45
+    bumped = await rm.produce(TOPIC, 0, checked(batch(b"d", pid=42, epoch=1, seq=0)), 1, 1000)
+    assert (bumped.error_code, bumped.base_offset) == (0, 3)
+    fenced = await rm.produce(TOPIC, 0, checked(batch(b"e", pid=42, epoch=0, seq=3)), 1, 1000)
+    assert fenced.error_code == 47
+    assert fetched(rm, 0) == [b"a", b"b", b"c", b"d"]
+
+
+@run
+async def test_producer_state_is_rebuilt_from_the_log_after_a_restart(tmp_path: Path) -> None:
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic()))
+    for seq in range(3):
+        await rm.produce(TOPIC, 0, checked(batch(b"v%d" % seq, pid=9, epoch=2, seq=seq)), 1, 1000)
+    rm.log_manager.shutdown()
+    rm2 = manager(tmp_path)
+    await rm2.on_metadata_update(*md.snapshot())
+    retry = await rm2.produce(TOPIC, 0, checked(batch(b"v2", pid=9, epoch=2, seq=2)), 1, 1000)
+    assert (retry.error_code, retry.base_offset) == (0, 2)
+    assert (
+        await rm2.produce(TOPIC, 0, checked(batch(b"v3", pid=9, epoch=2, seq=4)), 1, 1000)
+    ).error_code == 45
+    assert rm2.partition(TOPIC, 0).log.log_end_offset == 3  # type: ignore[union-attr]
+
+
+@run
+async def test_wait_for_data_wakes_on_append_and_times_out(tmp_path: Path) -> None:
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic()))
+    t0 = time.monotonic()
+    await rm.wait_for_data([fp(0)], 1, 50)
+    assert time.monotonic() - t0 >= 0.04
+    waiter = asyncio.create_task(rm.wait_for_data([fp(0)], 1, 30_000))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    await rm.produce(TOPIC, 0, checked(batch(b"a")), 1, 1000)
+    await asyncio.wait_for(waiter, 5)  # woken by the append, long before 30 s
+
+
+@run
+async def test_a_long_poll_answers_with_the_reads_of_its_wait(tmp_path: Path) -> None:
+    """wait_for_data returns what it read on its last look, exactly what fetch would
+    read then: the fetch answers with it instead of reading the log again."""
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic()))
+    waiter = asyncio.create_task(rm.wait_for_data([fp(0)], 1, 30_000))
+    await asyncio.sleep(0)
+    await rm.produce(TOPIC, 0, checked(batch(b"a")), 1, 1000)
+    found = await asyncio.wait_for(waiter, 5)
+    h = rm.partition(TOPIC, 0)
+    assert h is not None and list(found) == [fp(0)] and found[fp(0)] == h.log.read(0, 1 << 20)
+    r = rm.fetch(fp(0), -1, 0, found[fp(0)])
+    assert r.error_code == 0 and r.records is found[fp(0)].records and r.high_watermark == 1
+    # a wait that times out returns its last look too
+    assert (await rm.wait_for_data([fp(1)], 1, 10))[fp(1)].records is None
+    # a partition with an error to report is not read: fetch answers it
+    assert await rm.wait_for_data([fp(1), fp(5)], 1, 30_000) == {fp(1): FetchDataInfo(None)}
+
+
+@run
+async def test_consumers_wait_for_the_hw_followers_for_the_leo(tmp_path: Path) -> None:
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic(replicas=(1, 2))))
+    consumer = asyncio.create_task(rm.wait_for_data([fp(0)], 1, 30_000))
+    follower = asyncio.create_task(rm.wait_for_data([fp(0)], 1, 30_000, replica_id=2))
+    await asyncio.sleep(0)
+    await rm.produce(TOPIC, 0, checked(batch(b"a")), 1, 1000)
+    await asyncio.wait_for(follower, 5)
+    assert not consumer.done()  # HW is still 0
+    rm.fetch(fp(1), 2, 0)  # the follower has it: HW 1
+    await asyncio.wait_for(consumer, 5)
+
+
+@run
+async def test_leadership_loss_fails_pending_produces(tmp_path: Path) -> None:
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic(replicas=(1, 2))))
+    produce = asyncio.create_task(rm.produce(TOPIC, 0, checked(batch(b"a")), -1, 30_000))
+    # appended, so waiting for the HW (the append and the wait are one step)
+    await eventually(lambda: rm.partition(TOPIC, 0).log.log_end_offset == 1, 5, "append")  # type: ignore[union-attr]
+    await rm.on_metadata_update(*md.update(PartitionChangeRecord(TID, 0, (2,), 2, 1, 1)))
+    assert (await asyncio.wait_for(produce, 5)).error_code == 6
+
+
+@run
+async def test_divergence_is_reported_to_followers(tmp_path: Path) -> None:
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic(replicas=(1, 2), isr=(1,))))
+    await rm.produce(TOPIC, 0, checked(batch(b"a", b"b")), 1, 1000)  # epoch 0: offsets 0-1
+    await rm.on_metadata_update(*md.update(PartitionChangeRecord(TID, 0, (1,), 1, 2, 1)))
+    await rm.produce(TOPIC, 0, checked(batch(b"c")), 1, 1000)  # epoch 2 from offset 2
+    # a follower that had epoch 1 up to offset 5 (written by a leader we never saw)
+    r = rm.fetch(fp(5, last_epoch=1), 2, 0)
+    assert r.diverging_epoch == (0, 2) and r.records is None
+    ok = rm.fetch(fp(2, last_epoch=0), 2, 0)
+    assert ok.diverging_epoch is None and ok.error_code == 0
+
+
+@run
+async def test_follower_appends_truncates_and_follows_the_hw(tmp_path: Path) -> None:
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic(replicas=(2, 1), leader=2)))
+    leader_log = Log(tmp_path / "leader" / f"{TOPIC}-0")
+    leader_log.append_as_leader(bytearray(batch(b"a", b"b")), 0)
+    leader_log.append_as_leader(bytearray(batch(b"c", pid=5, epoch=0, seq=0)), 0)
+    data = leader_log.read(0, 1 << 20).read()
+    sent = rm.follower_fetch_state((TOPIC, 0))
+    assert sent is not None
+    code = await rm.process_follower_data((TOPIC, 0), sent, FollowerData(0, 2, 0, data))
+    h = rm.partition(TOPIC, 0)
+    assert code == 0 and h is not None
+    assert (h.log.log_end_offset, h.core.high_watermark) == (3, 2)
+    retry = headers(batch(b"c", pid=5, epoch=0, seq=0))
+    assert h.producers.check(retry) is not None  # producer 5's batch is known: a retry
+    st = rm.follower_fetch_state((TOPIC, 0))
+    assert st is not None and (st.fetch_offset, st.last_fetched_epoch) == (3, 0)
+    # an answer to a fetch from a state we left (offset 0) is dropped
+    await rm.process_follower_data((TOPIC, 0), sent, FollowerData(0, 1, 0, None, (0, 1)))
+    assert h.log.log_end_offset == 3
+    # the leader says epoch 0 ended at 1: our tail after it diverges
+    await rm.process_follower_data((TOPIC, 0), st, FollowerData(0, 1, 0, None, (0, 1)))
+    assert h.log.log_end_offset == 0  # the batch holding offset 1 went whole
+    assert h.core.high_watermark == 0 and h.producers.check(retry) is None  # forgotten
+
+
+@run
+async def test_deleted_and_recreated_topics_lose_their_replicas(tmp_path: Path) -> None:
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic()))
+    await rm.produce(TOPIC, 0, checked(batch(b"old")), 1, 1000)
+    old_dir = rm.partition(TOPIC, 0).log.dir  # type: ignore[union-attr]
+    await rm.on_metadata_update(*md.update(RemoveTopicRecord(TID)))
+    assert rm.partition(TOPIC, 0) is None and not old_dir.exists()
+    assert rm.fetch(fp(0), -1, 0).error_code == 3
+    await rm.on_metadata_update(*md.update(*topic(topic_id=TID2)))
+    assert rm.partition(TOPIC, 0).log.log_end_offset == 0  # type: ignore[union-attr]
+    # a broker that slept through a delete + recreate learns it from a snapshot
+    await rm.produce(TOPIC, 0, checked(batch(b"x")), 1, 1000)
+    md.update(RemoveTopicRecord(TID2))
+    md.update(*topic(topic_id=TID))
+    await rm.on_metadata_update(*md.snapshot())
+    h = rm.partition(TOPIC, 0)
+    assert h is not None and h.core.topic_id == TID and h.log.log_end_offset == 0
+
+
+@run
+async def test_topic_config_changes_reach_the_log(tmp_path: Path) -> None:
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(
+        *md.update(*topic(), ConfigRecord(2, TOPIC, "retention.ms", "1234"))
+    )
+    assert rm.partition(TOPIC, 0).log.config.retention_ms == 1234  # type: ignore[union-attr]
+    await rm.on_metadata_update(*md.update(ConfigRecord(2, TOPIC, "retention.ms", None)))
+    assert rm.partition(TOPIC, 0).log.config.retention_ms == 604800000  # type: ignore[union-attr]
+    configs = rm.topic_configs(TOPIC)
+    assert configs is not None and configs["retention.ms"] == ("604800000", True)
+    assert rm.topic_configs("nope") is None

@@ -1,0 +1,1 @@
+"""Whole-cluster tests: controllers and brokers as processes, driven by real clients."""

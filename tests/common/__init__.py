@@ -1,0 +1,1 @@
+"""Tests of common/: the protocol vocabulary, clock and properties loader."""

@@ -1,0 +1,1 @@
+"""Shared test harness: process clusters, clients and models other test files import."""

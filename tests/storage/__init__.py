@@ -1,0 +1,1 @@
+"""Tests of storage/: the log, segments, checkpoints, compaction (Kafka's log layer)."""
