@@ -3,7 +3,7 @@
 Shared by the controllers (`kraft/`) and the brokers (`broker/`), which may import
 `metadata_log` but never `kraft` internals. Field names follow Kafka's RPCs
 (BrokerRegistration, BrokerHeartbeat, AlterPartition, CreateTopics, ...); error codes
-are Kafka's numbers (`Errors`). Unknown fields are refused, so typos are loud.
+are Kafka's numbers (`common.errors.Errors`). Unknown fields are refused, so typos are loud.
 """
 
 from __future__ import annotations
@@ -12,12 +12,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from common.errors import Errors as Errors  # re-exported, see below
 from metadata_log.records import Endpoint, Record
-
-# `Errors` is re-exported here only until every module that still imports it from
-# `metadata_log.controller_api` (the controller, the controller channel, alter_partition)
-# imports `common.errors` itself; then this import goes.
 
 
 class _Body(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -52,6 +52,7 @@ from broker.fetcher import FollowerData
 from broker.hosted import HostedPartition, log_headers, start_leader_epoch
 from broker.partition import AlterIsr, Partition
 from broker.producer_state import ProducerStateManager
+from common.errors import Errors
 from kraft.controller import QuorumController
 from kraft.decision import ControllerConfig, Decision
 from kraft.state_machine import AppendStatus, MetadataStateMachine
@@ -61,7 +62,6 @@ from metadata_log.controller_api import (
     BrokerRegistrationRequest,
     CreatableTopic,
     CreateTopicsRequest,
-    Errors,
 )
 from metadata_log.image import MetadataImage, PartitionRegistration
 from metadata_log.records import ControllerEpochRecord, Endpoint, encode_batch

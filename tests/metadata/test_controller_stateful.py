@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from common.errors import Errors
 from kraft.controller import QuorumController
 from kraft.decision import ControllerConfig, Decision
 from kraft.state_machine import AppendStatus, MetadataStateMachine
@@ -33,7 +34,6 @@ from metadata_log.controller_api import (
     CreateTopicsRequest,
     DeleteTopicsRequest,
     ElectLeadersRequest,
-    Errors,
 )
 from metadata_log.delta import replay
 from metadata_log.image import MetadataImage
