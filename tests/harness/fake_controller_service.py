@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 from aiohttp.test_utils import TestClient, TestServer
 
+from common.errors import Errors
 from kraft.http_api import make_app
 from kraft.service import NotActiveController
 from metadata_log import controller_api as api
@@ -81,7 +82,7 @@ WRITES: list[tuple[str, str, bytes, object, object]] = [
      api.CreatePartitionsResponse([api.TopicResult("t", 0)])),
     ("/v1/leaders/elect", "elect_leaders", b'{"partitions": [{"topic": "t", "partition": 0}]}',
      api.ElectLeadersRequest(0, [api.TopicPartition("t", 0)]),
-     api.ElectLeadersResponse([api.PartitionResult("t", 0, api.Errors.ELECTION_NOT_NEEDED)])),
+     api.ElectLeadersResponse([api.PartitionResult("t", 0, Errors.ELECTION_NOT_NEEDED)])),
     ("/v1/configs", "alter_configs",
      b'{"resource_type": 2, "resource_name": "t", "set": {"a": "1"}, "delete": ["b"]}',
      api.IncrementalAlterConfigsRequest(2, "t", {"a": "1"}, ["b"]), None),

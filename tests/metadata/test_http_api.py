@@ -14,6 +14,7 @@ import re
 import msgspec
 import pytest
 
+from common.errors import Errors
 from kraft.http_api import LogResponse
 from metadata_log import controller_api as api
 from metadata_log.records import (
@@ -70,7 +71,7 @@ async def test_follower_redirects_with_307_and_location(
         assert resp.status == 307
         assert resp.headers["Location"] == f"http://10.0.0.9:8090{path}?x=1"
         err = msgspec.json.decode(await resp.read(), type=api.ErrorResponse)
-        assert err.error_code == api.Errors.NOT_CONTROLLER
+        assert err.error_code == Errors.NOT_CONTROLLER
         assert fake.calls == []
 
 
@@ -101,7 +102,7 @@ async def test_no_known_leader_is_503_not_controller() -> None:
         assert resp.status == 503
         assert resp.headers["Retry-After"] == "1"
         err = msgspec.json.decode(await resp.read(), type=api.ErrorResponse)
-        assert err.error_code == api.Errors.NOT_CONTROLLER
+        assert err.error_code == Errors.NOT_CONTROLLER
 
 
 @async_test
@@ -112,7 +113,7 @@ async def test_service_timeout_is_503_request_timed_out() -> None:
         resp = await client.post("/v1/topics/delete", json={"names": ["t"]})
         assert resp.status == 503
         err = msgspec.json.decode(await resp.read(), type=api.ErrorResponse)
-        assert err.error_code == api.Errors.REQUEST_TIMED_OUT
+        assert err.error_code == Errors.REQUEST_TIMED_OUT
         await assert_still_serving(client, fake)
 
 
@@ -121,14 +122,14 @@ async def test_controller_api_error_is_400_with_its_code() -> None:
     from kraft.http_api import ControllerApiError
 
     fake = FakeService()
-    fake.fail_with = ControllerApiError(api.Errors.INVALID_CONFIG, "unknown config x")
+    fake.fail_with = ControllerApiError(Errors.INVALID_CONFIG, "unknown config x")
     async with serve(fake) as client:
         body = {"resource_type": 2, "resource_name": "t", "set": {"x": "1"}}
         resp = await client.post("/v1/configs", json=body)
         assert resp.status == 400
         err = msgspec.json.decode(await resp.read(), type=api.ErrorResponse)
         assert (err.error_code, err.error_message) == (
-            api.Errors.INVALID_CONFIG,
+            Errors.INVALID_CONFIG,
             "unknown config x",
         )
 
@@ -147,7 +148,7 @@ async def test_unexpected_service_error_is_generic_500_logged_and_server_survive
             resp = await client.post("/v1/brokers/heartbeat", json=HEARTBEAT)
             assert resp.status == 500
             err = msgspec.json.decode(await resp.read(), type=api.ErrorResponse)
-            assert err.error_code == api.Errors.UNKNOWN_SERVER_ERROR
+            assert err.error_code == Errors.UNKNOWN_SERVER_ERROR
             assert "secret" not in err.error_message
             await assert_still_serving(client, fake)
     finally:

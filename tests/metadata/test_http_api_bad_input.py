@@ -15,6 +15,7 @@ import aiohttp
 import msgspec
 import pytest
 
+from common.errors import Errors
 from metadata_log import controller_api as api
 from tests.harness.fake_controller_service import (
     HEARTBEAT,
@@ -97,7 +98,7 @@ async def test_bad_bodies_are_400_invalid_request(path: str, body: bytes, messag
         resp = await client.post(path, data=body, headers={"Content-Type": "application/json"})
         assert resp.status == 400, await resp.text()
         err = msgspec.json.decode(await resp.read(), type=api.ErrorResponse)
-        assert err.error_code == api.Errors.INVALID_REQUEST
+        assert err.error_code == Errors.INVALID_REQUEST
         assert message in err.error_message
         assert fake.calls == []  # never reached the service
         await assert_still_serving(client, fake)
@@ -121,7 +122,7 @@ async def test_bad_log_query_params_are_400(query: str) -> None:
         resp = await client.get(f"/v1/metadata/log?{query}")
         assert resp.status == 400, await resp.text()
         err = msgspec.json.decode(await resp.read(), type=api.ErrorResponse)
-        assert err.error_code == api.Errors.INVALID_REQUEST
+        assert err.error_code == Errors.INVALID_REQUEST
         assert query.split("=")[0] in err.error_message
         assert fake.wait_calls == []
         await assert_still_serving(client, fake)
@@ -157,7 +158,7 @@ async def test_huge_bodies_are_413(data: Callable[[], Any], headers: dict[str, s
         else:
             assert resp.status == 413, await resp.text()
             err = msgspec.json.decode(await resp.read(), type=api.ErrorResponse)
-            assert err.error_code == api.Errors.INVALID_REQUEST
+            assert err.error_code == Errors.INVALID_REQUEST
         assert fake.calls == []
         await assert_still_serving(client, fake)
 
@@ -207,7 +208,7 @@ async def test_wrong_method_and_unknown_path(method: str, path: str, status: int
         resp = await client.request(method, path, data=b"{}")
         assert resp.status == status
         err = msgspec.json.decode(await resp.read(), type=api.ErrorResponse)
-        assert err.error_code == api.Errors.INVALID_REQUEST
+        assert err.error_code == Errors.INVALID_REQUEST
         if status == 405:
             assert resp.headers["Allow"]
         await assert_still_serving(client, fake)
