@@ -407,6 +407,10 @@ class ReplicaManager:
                     return found
                 if follower and h.diverging(p.fetch_offset, p.last_fetched_epoch):
                     return found
+                hosted.append(h)
+                bound = lg.log_end_offset if follower else h.core.high_watermark
+                if p.fetch_offset >= bound:
+                    continue  # nothing to read yet (the fetch reads it when answering)
                 if follower:
                     data = h.read_for_follower(p.fetch_offset, p.max_bytes)
                 else:
@@ -414,7 +418,6 @@ class ReplicaManager:
                 found[p] = data
                 if p.max_bytes > 0:  # a read of 0 bytes still gets a batch, but waits on
                     available += data.size
-                hosted.append(h)
             remaining = (deadline_ms - self._clock_ms()) / 1000
             if available >= min_bytes or remaining <= 0 or not hosted:
                 return found
