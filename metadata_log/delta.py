@@ -8,13 +8,16 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from common.acl import AclBinding
 from metadata_log.image import (
     BrokerRegistration,
     MetadataImage,
     PartitionRegistration,
+    ScramCredential,
     TopicImage,
 )
 from metadata_log.records import (
+    AccessControlEntryRecord,
     ConfigRecord,
     ControlledShutdownRecord,
     ControllerEpochRecord,
@@ -25,10 +28,13 @@ from metadata_log.records import (
     ProducerIdsRecord,
     Record,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
 )
 
 
@@ -58,11 +64,15 @@ class MetadataDelta:
         self._topic_ids: dict[str, str] | None = None
         self._configs: dict[tuple[int, str], dict[str, str]] | None = None
         self._next_producer_id = image.next_producer_id
+        self._acls: dict[str, AclBinding] | None = None
+        self._scram: dict[tuple[str, int], ScramCredential] | None = None
         # what changed
         self.changed_partitions: dict[str, set[int]] = {}
         self.created_topics: set[str] = set()
         self.deleted_topics: dict[str, TopicImage] = {}
         self.changed_brokers: set[int] = set()
+        self.acls_changed = False  # an ACL was added or removed (the authorizer reloads)
+        self.scram_changed = False
 
     # copy-on-write views of the base image
     def _b(self) -> dict[int, BrokerRegistration]:
@@ -167,6 +177,32 @@ class MetadataDelta:
                 configs.pop(key, None)
         elif isinstance(r, ProducerIdsRecord):
             self._next_producer_id = max(self._next_producer_id, r.next_producer_id)
+        elif isinstance(r, AccessControlEntryRecord):
+            if self._acls is None:
+                self._acls = dict(self.base.acls)
+            if r.id in self._acls:
+                raise MetadataReplayError(f"ACL {r.id} exists")
+            self._acls[r.id] = r.acl
+            self.acls_changed = True
+        elif isinstance(r, RemoveAccessControlEntryRecord):
+            if self._acls is None:
+                self._acls = dict(self.base.acls)
+            if self._acls.pop(r.id, None) is None:
+                raise MetadataReplayError(f"no ACL {r.id} to remove")
+            self.acls_changed = True
+        elif isinstance(r, UserScramCredentialRecord):
+            if self._scram is None:
+                self._scram = dict(self.base.scram_credentials)
+            self._scram[(r.name, r.mechanism)] = ScramCredential(
+                r.salt, r.stored_key, r.server_key, r.iterations
+            )
+            self.scram_changed = True
+        elif isinstance(r, RemoveUserScramCredentialRecord):
+            if self._scram is None:
+                self._scram = dict(self.base.scram_credentials)
+            if self._scram.pop((r.name, r.mechanism), None) is None:
+                raise MetadataReplayError(f"no SCRAM credential {r.mechanism} for {r.name}")
+            self.scram_changed = True
         elif isinstance(r, ControllerEpochRecord):
             if r.controller_epoch < self._controller_epoch:
                 raise MetadataReplayError(
@@ -207,6 +243,8 @@ class MetadataDelta:
             topic_ids=b.topic_ids if self._topic_ids is None else self._topic_ids,
             configs=b.configs if self._configs is None else self._configs,
             next_producer_id=self._next_producer_id,
+            acls=b.acls if self._acls is None else self._acls,
+            scram_credentials=b.scram_credentials if self._scram is None else self._scram,
         )
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import msgspec
 
+from common.acl import AclBinding
 from metadata_log.records import NO_LEADER, Endpoint
 
 
@@ -39,6 +40,15 @@ class PartitionRegistration(msgspec.Struct, frozen=True):
         return self.leader == NO_LEADER
 
 
+class ScramCredential(msgspec.Struct, frozen=True):
+    """What a SCRAM login is checked against (the password is never stored)."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
 class TopicImage(msgspec.Struct, frozen=True):
     name: str
     topic_id: str
@@ -55,6 +65,11 @@ class MetadataImage(msgspec.Struct, frozen=True):
     # (resource type, resource name) -> {config name: value}
     configs: dict[tuple[int, str], dict[str, str]] = msgspec.field(default_factory=dict)
     next_producer_id: int = 0
+    acls: dict[str, AclBinding] = msgspec.field(default_factory=dict)  # by ACL id
+    # (user name, common.scram.ScramMechanism code) -> credential
+    scram_credentials: dict[tuple[str, int], ScramCredential] = msgspec.field(
+        default_factory=dict
+    )
 
     def topic_by_name(self, name: str) -> TopicImage | None:
         topic_id = self.topic_ids.get(name)

@@ -12,6 +12,8 @@ from typing import Annotated
 
 import msgspec
 
+from common.acl import AclBinding
+
 NO_LEADER = -1
 
 # ConfigResource types, as in Kafka's protocol.
@@ -109,6 +111,35 @@ class ProducerIdsRecord(_Record, tag="producer_ids"):
     next_producer_id: int
 
 
+class AccessControlEntryRecord(_Record, tag="access_control_entry"):
+    """An ACL binding was created; `id` (a UUID) names it for its removal."""
+
+    id: str
+    acl: AclBinding
+
+
+class RemoveAccessControlEntryRecord(_Record, tag="remove_access_control_entry"):
+    id: str
+
+
+class UserScramCredentialRecord(_Record, tag="user_scram_credential"):
+    """A user's SCRAM credential for one mechanism (common.scram.ScramMechanism code):
+    the salt and the derived keys, never the password (KIP-554). Replaces any earlier
+    credential of the same user and mechanism."""
+
+    name: str
+    mechanism: int
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+class RemoveUserScramCredentialRecord(_Record, tag="remove_user_scram_credential"):
+    name: str
+    mechanism: int
+
+
 class ControllerEpochRecord(_Record, tag="controller_epoch"):
     """The barrier a new active controller commits before acting (its Raft term)."""
 
@@ -132,6 +163,10 @@ Record = (
     | RemoveTopicRecord
     | ConfigRecord
     | ProducerIdsRecord
+    | AccessControlEntryRecord
+    | RemoveAccessControlEntryRecord
+    | UserScramCredentialRecord
+    | RemoveUserScramCredentialRecord
     | ControllerEpochRecord
     | NoOpRecord
 )

@@ -17,6 +17,7 @@ from crc32c import crc32c
 from metadata_log.delta import MetadataDelta
 from metadata_log.image import MetadataImage
 from metadata_log.records import (
+    AccessControlEntryRecord,
     ConfigRecord,
     ControlledShutdownRecord,
     ControllerEpochRecord,
@@ -25,6 +26,7 @@ from metadata_log.records import (
     Record,
     RegisterBrokerRecord,
     TopicRecord,
+    UserScramCredentialRecord,
 )
 
 SNAPSHOT_VERSION = 1
@@ -73,6 +75,14 @@ def snapshot_records(image: MetadataImage) -> list[Record]:
             out.append(ConfigRecord(rtype, rname, name, value))
     if image.next_producer_id:
         out.append(ProducerIdsRecord(-1, -1, image.next_producer_id))
+    for acl_id, acl in sorted(image.acls.items()):
+        out.append(AccessControlEntryRecord(acl_id, acl))
+    for (name, mechanism), cred in sorted(image.scram_credentials.items()):
+        out.append(
+            UserScramCredentialRecord(
+                name, mechanism, cred.salt, cred.stored_key, cred.server_key, cred.iterations
+            )
+        )
     return out
 
 
