@@ -28,7 +28,13 @@ from broker.lifecycle import BrokerLifecycleManager
 from broker.metadata_loader import MetadataLoader
 from broker.network import KafkaServer
 from broker.replica_manager import ReplicaManager
+from broker.security.authorizer import (
+    STANDARD_AUTHORIZER,
+    StandardAuthorizer,
+    parse_super_users,
+)
 from common.clock import SYSTEM_CLOCK, Clock
+from common.properties import ConfigError, Properties
 from metadata_log.records import Endpoint
 from storage.log_manager import LogManager
 
@@ -96,11 +102,13 @@ class BrokerServer:
             config.offsets_commit_timeout_ms,
             clock=clock,
         )
+        self.authorizer = _authorizer(config.properties)
         # Who sees each applied metadata batch, in this order (one line per publisher).
         self.loader.publishers += [
             self.replica_manager,  # first: the others read the replicas it made or dropped
             self.groups,  # loads or drops the groups of the offsets partitions we lead
-            # (to come: the authorizer, dynamic configs, SCRAM credentials)
+            *([self.authorizer] if self.authorizer is not None else []),  # the ACL bindings
+            # (to come: dynamic configs)
             self.lifecycle,  # last: "caught up" must mean every publisher above applied it
         ]
         own = config.advertised(config.listener.name)
@@ -112,6 +120,7 @@ class BrokerServer:
             self.groups,
             self.admin,
             None if own is None else (own.host, own.port),
+            authorizer=self.authorizer,
         )
         self.listener: KafkaServer | None = None
         self._stop_tasks = asyncio.Event()
@@ -183,3 +192,18 @@ class BrokerServer:
                 await self.replica_manager.checkpoint_high_watermarks()
             await asyncio.to_thread(self.log_manager.shutdown)
             self._logs_open = False
+
+
+def _authorizer(values: dict[str, str]) -> StandardAuthorizer | None:
+    """`authorizer.class.name` set: Kafka's StandardAuthorizer (the one we have), with
+    `super.users` and `allow.everyone.if.no.acl.found`; unset: authorization is off."""
+    props = Properties(values)
+    name = props.get_string("authorizer.class.name")
+    if name is None:
+        return None
+    if name != STANDARD_AUTHORIZER:
+        raise ConfigError(f"authorizer.class.name: only {STANDARD_AUTHORIZER} is supported")
+    return StandardAuthorizer(
+        parse_super_users(props.get_string("super.users")),
+        props.get_bool("allow.everyone.if.no.acl.found", False),
+    )
