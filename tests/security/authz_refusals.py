@@ -1,0 +1,365 @@
+"""What each Kafka API answers a principal with no ACLs, as Kafka's request handlers do:
+one request per API key (at its lowest and highest advertised version) aimed at state
+that exists, and the refusal it must get.
+
+`check_refused(client, advertised, ctx)` walks the API keys a broker advertises in
+ApiVersions: a key with no entry here fails, so an API added without authorization (or
+without a line here saying what its refusal is) cannot go unnoticed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from common.api_keys import ApiKey
+from common.errors import Errors
+from tests.harness.raw_protocol import RawClient, batch, produce, request
+
+NOT_REQUESTED = -(2**31)  # Kafka's "authorized operations not requested"
+TOPIC_DENIED = Errors.TOPIC_AUTHORIZATION_FAILED
+GROUP_DENIED = Errors.GROUP_AUTHORIZATION_FAILED
+CLUSTER_DENIED = Errors.CLUSTER_AUTHORIZATION_FAILED
+TXN_DENIED = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+# Kafka answers these for anyone: version discovery and the login itself.
+OPEN_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+
+
+@dataclass(frozen=True)
+class Target:
+    """Existing state the refused requests aim at."""
+
+    topic: str  # a topic with records (partitions 0 and 1)
+    topic_id: uuid.UUID
+    doomed: str  # another topic, for DeleteTopics
+    group: str  # an Empty group with committed offsets on `topic`
+    broker_id: int
+
+
+Check = Callable[[RawClient, int, Target], None]
+
+
+def call(client: RawClient, key: int, version: int, data: dict[str, Any]) -> Any:
+    return client.call(key, version, request(key, version, data))
+
+
+def codes(items: Any, field: str = "partitions") -> list[int]:
+    return [p.error_code for item in items for p in getattr(item, field)]
+
+
+# -- the data path ---------------------------------------------------------------------------
+
+
+def _produce(c: RawClient, v: int, t: Target) -> None:
+    for topic in (t.topic, "no-such-topic"):  # refused before existence is looked at
+        resp = c.call(0, v, produce(topic, 0, batch(3), v=v))
+        assert codes(resp.responses, "partition_responses") == [TOPIC_DENIED], topic
+
+
+def _fetch(c: RawClient, v: int, t: Target) -> None:
+    part = {
+        "partition": 0,
+        "fetch_offset": 0,
+        "partition_max_bytes": 1 << 20,
+        "current_leader_epoch": -1,
+        "last_fetched_epoch": -1,
+        "log_start_offset": -1,
+    }
+    topic = {"topic": t.topic, "topic_id": t.topic_id, "partitions": [part]}
+    base = {
+        "max_wait": 0,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [topic],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+    # A consumer needs READ on the topic; a follower CLUSTER_ACTION (else Kafka refuses
+    # each partition with TOPIC_AUTHORIZATION_FAILED, the top-level error staying NONE).
+    for replica in (-1, t.broker_id + 1):
+        ids = {"replica_id": replica, "replica_state": {"replica_id": replica, "replica_epoch": -1}}
+        resp = call(c, 1, v, {**base, **ids})
+        assert getattr(resp, "error_code", 0) == 0, replica  # v7 added it
+        assert codes(resp.responses) == [TOPIC_DENIED], replica
+
+
+def _list_offsets(c: RawClient, v: int, t: Target) -> None:
+    parts = [{"partition_index": 0, "timestamp": -1, "current_leader_epoch": -1}]
+    data = {
+        "replica_id": -1,
+        "isolation_level": 0,
+        "topics": [{"name": t.topic, "partitions": parts}],
+    }
+    assert codes(call(c, 2, v, data).topics) == [TOPIC_DENIED]
+
+
+def _offset_for_leader_epoch(c: RawClient, v: int, t: Target) -> None:
+    parts = [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]
+    data = {"replica_id": -1, "topics": [{"topic": t.topic, "partitions": parts}]}
+    assert codes(call(c, 23, v, data).topics) == [TOPIC_DENIED]
+
+
+def _init_producer_id(c: RawClient, v: int, t: Target) -> None:
+    ids = {"transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1}
+    assert call(c, 22, v, {"transactional_id": None, **ids}).error_code == CLUSTER_DENIED
+    assert call(c, 22, v, {"transactional_id": "tx", **ids}).error_code == TXN_DENIED
+
+
+# -- metadata and admin ----------------------------------------------------------------------
+
+
+def _metadata(c: RawClient, v: int, t: Target) -> None:
+    flags = {"allow_auto_topic_creation": True, "include_cluster_authorized_operations": True,
+             "include_topic_authorized_operations": True}  # fmt: skip
+    everything = call(c, 3, v, {"topics": None if v else [], **flags})
+    assert everything.topics == ()  # listed only when describable, silently
+    named = [{"name": n, "topic_id": None} for n in (t.topic, "auto-created-never")]
+    resp = call(c, 3, v, {"topics": named, **flags})
+    assert [(x.name, x.error_code) for x in resp.topics] == [
+        (t.topic, TOPIC_DENIED),
+        ("auto-created-never", TOPIC_DENIED),  # may not describe, so may not create
+    ]
+    if v >= 8:
+        assert all(x.topic_authorized_operations == NOT_REQUESTED for x in resp.topics)
+    if 8 <= v <= 10:
+        assert resp.cluster_authorized_operations == 0  # may not describe the cluster
+    if v >= 12:  # by id: the id is no secret, the name is
+        resp = call(c, 3, v, {"topics": [{"name": None, "topic_id": t.topic_id}], **flags})
+        assert [(x.name, x.topic_id, x.error_code) for x in resp.topics] == [
+            (None, t.topic_id, TOPIC_DENIED)
+        ]
+
+
+def _describe_cluster(c: RawClient, v: int, t: Target) -> None:
+    flags = {"endpoint_type": 1}
+    resp = call(c, 60, v, {"include_cluster_authorized_operations": True, **flags})
+    assert resp.error_code == 0 and resp.cluster_authorized_operations == 0
+    resp = call(c, 60, v, {"include_cluster_authorized_operations": False, **flags})
+    assert resp.cluster_authorized_operations == NOT_REQUESTED
+
+
+def _create_topics(c: RawClient, v: int, t: Target) -> None:
+    spec = {"num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}
+    data = {"topics": [{"name": "never-created", **spec}], "timeout": 5000, "validate_only": False}
+    assert [x.error_code for x in call(c, 19, v, data).topics] == [TOPIC_DENIED]
+
+
+def _delete_topics(c: RawClient, v: int, t: Target) -> None:
+    data = {"topic_names": [t.doomed], "topics": [{"name": t.doomed, "topic_id": None}],
+            "timeout": 5000}  # fmt: skip
+    resp = call(c, 20, v, data)
+    assert [(x.name, x.error_code) for x in resp.responses] == [(t.doomed, TOPIC_DENIED)]
+    if v >= 6:  # by id: refused, and the name stays hidden (no DESCRIBE)
+        resp = call(c, 20, v, {"topics": [{"name": None, "topic_id": t.topic_id}], "timeout": 1})
+        assert [(x.name, x.topic_id, x.error_code) for x in resp.responses] == [
+            (None, t.topic_id, TOPIC_DENIED)
+        ]
+
+
+def _create_partitions(c: RawClient, v: int, t: Target) -> None:
+    data = {"topics": [{"name": t.topic, "count": 5, "assignments": None}], "timeout": 5000,
+            "validate_only": False}  # fmt: skip
+    assert [x.error_code for x in call(c, 37, v, data).results] == [TOPIC_DENIED]
+
+
+def _describe_configs(c: RawClient, v: int, t: Target) -> None:
+    resources = [
+        {"resource_type": 2, "resource_name": t.topic, "configuration_keys": None},
+        {"resource_type": 4, "resource_name": str(t.broker_id), "configuration_keys": None},
+    ]
+    data = {"resources": resources, "include_synonyms": False, "include_documentation": False}
+    resp = call(c, 32, v, data)
+    assert [(x.error_code, x.configs) for x in resp.results] == [
+        (TOPIC_DENIED, ()),
+        (CLUSTER_DENIED, ()),
+    ]
+
+
+# -- groups ----------------------------------------------------------------------------------
+
+
+def _find_coordinator(c: RawClient, v: int, t: Target) -> None:
+    for key_type, key, error in ((0, t.group, GROUP_DENIED), (1, "tx", TXN_DENIED)):
+        if v == 0 and key_type == 1:
+            continue  # v0 finds groups only
+        resp = call(c, 10, v, {"key": key, "key_type": key_type, "coordinator_keys": [key]})
+        found = resp.coordinators if v >= 4 else [resp]
+        assert [(x.error_code, x.node_id) for x in found] == [(error, -1)]
+
+
+def _join_group(c: RawClient, v: int, t: Target) -> None:
+    data = {"group_id": t.group, "session_timeout": 10000, "rebalance_timeout": 10000,
+            "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b""}], "reason": None}  # fmt: skip
+    assert call(c, 11, v, data).error_code == GROUP_DENIED
+
+
+def _member(t: Target) -> dict[str, Any]:
+    return {"group_id": t.group, "generation_id": 1, "member_id": "m", "group_instance_id": None}
+
+
+def _heartbeat(c: RawClient, v: int, t: Target) -> None:
+    assert call(c, 12, v, _member(t)).error_code == GROUP_DENIED
+
+
+def _leave_group(c: RawClient, v: int, t: Target) -> None:
+    members = [{"member_id": "m", "group_instance_id": None, "reason": None}]
+    assert call(c, 13, v, {**_member(t), "members": members}).error_code == GROUP_DENIED
+
+
+def _sync_group(c: RawClient, v: int, t: Target) -> None:
+    data = {**_member(t), "protocol_type": "consumer", "protocol_name": "range",
+            "assignments": [{"member_id": "m", "assignment": b""}]}  # fmt: skip
+    assert call(c, 14, v, data).error_code == GROUP_DENIED
+
+
+def _offset_commit(c: RawClient, v: int, t: Target) -> None:
+    parts = [{"partition_index": 0, "committed_offset": 0, "committed_leader_epoch": -1,
+              "committed_metadata": "", "commit_timestamp": -1}]  # fmt: skip
+    data = {"group_id": t.group, "generation_id_or_member_epoch": -1, "member_id": "",
+            "group_instance_id": None, "retention_time": -1,
+            "topics": [{"name": t.topic, "partitions": parts}]}  # fmt: skip
+    assert codes(call(c, 8, v, data).topics) == [GROUP_DENIED]
+
+
+def _offset_fetch(c: RawClient, v: int, t: Target) -> None:
+    for topics in (None, [{"name": t.topic, "partition_indexes": [0, 1]}]):
+        if topics is None and v < 2:
+            continue  # all-topics fetches start at v2
+        group = {"group_id": t.group, "member_id": None, "member_epoch": -1, "topics": topics}
+        resp = call(c, 9, v, {**group, "groups": [group], "require_stable": False})
+        if v < 2:  # no error field yet: Kafka answers no offsets
+            assert resp.topics == ()
+            continue
+        groups = resp.groups if v >= 8 else [resp]
+        assert [(g.error_code, g.topics) for g in groups] == [(GROUP_DENIED, ())]
+
+
+def _describe_groups(c: RawClient, v: int, t: Target) -> None:
+    resp = call(c, 15, v, {"groups": [t.group], "include_authorized_operations": True})
+    assert [(g.group_id, g.error_code, g.members) for g in resp.groups] == [
+        (t.group, GROUP_DENIED, ())
+    ]
+
+
+def _list_groups(c: RawClient, v: int, t: Target) -> None:
+    resp = call(c, 16, v, {"states_filter": [], "types_filter": []})
+    assert resp.error_code == 0 and resp.groups == ()  # only what it may describe: nothing
+
+
+def _delete_groups(c: RawClient, v: int, t: Target) -> None:
+    resp = call(c, 42, v, {"groups_names": [t.group]})
+    assert [(r.group_id, r.error_code) for r in resp.results] == [(t.group, GROUP_DENIED)]
+
+
+def _offset_delete(c: RawClient, v: int, t: Target) -> None:
+    topics = [{"name": t.topic, "partitions": [{"partition_index": 0}]}]
+    resp = call(c, 47, v, {"group_id": t.group, "topics": topics})
+    assert resp.error_code == GROUP_DENIED and resp.topics == ()
+
+
+# -- security APIs (Kafka: DESCRIBE or ALTER on the cluster) ---------------------------------
+
+
+def _describe_acls(c: RawClient, v: int, t: Target) -> None:
+    data = {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+            "principal_filter": None, "host_filter": None, "operation": 1,
+            "permission_type": 1}  # fmt: skip
+    resp = call(c, 29, v, data)
+    assert resp.error_code == CLUSTER_DENIED and resp.resources == ()
+
+
+def _create_acls(c: RawClient, v: int, t: Target) -> None:
+    acl = {
+        "resource_type": 2,
+        "resource_name": "x",
+        "resource_pattern_type": 3,
+        "principal": "User:ANONYMOUS",
+        "host": "*",
+        "operation": 2,
+        "permission_type": 3,
+    }
+    resp = call(c, 30, v, {"creations": [acl]})
+    assert [r.error_code for r in resp.results] == [CLUSTER_DENIED]
+
+
+def _delete_acls(c: RawClient, v: int, t: Target) -> None:
+    flt = {
+        "resource_type_filter": 1,
+        "resource_name_filter": None,
+        "pattern_type_filter": 1,
+        "principal_filter": None,
+        "host_filter": None,
+        "operation": 1,
+        "permission_type": 1,
+    }
+    resp = call(c, 31, v, {"filters": [flt]})
+    assert [(r.error_code, r.matching_acls) for r in resp.filter_results] == [(CLUSTER_DENIED, ())]
+
+
+def _describe_scram(c: RawClient, v: int, t: Target) -> None:
+    resp = call(c, 50, v, {"users": None})
+    assert resp.error_code == CLUSTER_DENIED and resp.results == ()
+
+
+def _alter_scram(c: RawClient, v: int, t: Target) -> None:
+    upsert = {
+        "name": "someone",
+        "mechanism": 2,
+        "iterations": 8192,
+        "salt": b"s" * 16,
+        "salted_password": b"p" * 64,
+    }
+    resp = call(c, 51, v, {"deletions": [], "upsertions": [upsert]})
+    assert [(r.user, r.error_code) for r in resp.results] == [("someone", CLUSTER_DENIED)]
+
+
+REFUSALS: dict[int, Check] = {
+    ApiKey.PRODUCE: _produce,
+    ApiKey.FETCH: _fetch,
+    ApiKey.LIST_OFFSETS: _list_offsets,
+    ApiKey.METADATA: _metadata,
+    ApiKey.OFFSET_COMMIT: _offset_commit,
+    ApiKey.OFFSET_FETCH: _offset_fetch,
+    ApiKey.FIND_COORDINATOR: _find_coordinator,
+    ApiKey.JOIN_GROUP: _join_group,
+    ApiKey.HEARTBEAT: _heartbeat,
+    ApiKey.LEAVE_GROUP: _leave_group,
+    ApiKey.SYNC_GROUP: _sync_group,
+    ApiKey.DESCRIBE_GROUPS: _describe_groups,
+    ApiKey.LIST_GROUPS: _list_groups,
+    ApiKey.CREATE_TOPICS: _create_topics,
+    ApiKey.DELETE_TOPICS: _delete_topics,
+    ApiKey.INIT_PRODUCER_ID: _init_producer_id,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: _offset_for_leader_epoch,
+    ApiKey.DESCRIBE_ACLS: _describe_acls,
+    ApiKey.CREATE_ACLS: _create_acls,
+    ApiKey.DELETE_ACLS: _delete_acls,
+    ApiKey.DESCRIBE_CONFIGS: _describe_configs,
+    ApiKey.CREATE_PARTITIONS: _create_partitions,
+    ApiKey.DELETE_GROUPS: _delete_groups,
+    ApiKey.OFFSET_DELETE: _offset_delete,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _describe_scram,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _alter_scram,
+    ApiKey.DESCRIBE_CLUSTER: _describe_cluster,
+}
+
+
+def check_refused(client: RawClient, advertised: dict[int, tuple[int, int]], t: Target) -> None:
+    """Every advertised API, at its lowest and highest version, refuses (see REFUSALS)."""
+    unknown = sorted(k for k in advertised if k not in REFUSALS and k not in OPEN_APIS)
+    assert not unknown, f"advertised APIs with no authorization check here: {unknown}"
+    for key, (lo, hi) in sorted(advertised.items()):
+        if key in OPEN_APIS:
+            continue
+        for v in sorted({lo, hi}):
+            try:
+                REFUSALS[key](client, v, t)
+            except AssertionError as e:
+                raise AssertionError(f"{ApiKey(key).name} v{v}: {e}") from e
