@@ -75,9 +75,12 @@ class Authenticator:
             and hmac.compare_digest(_sha256(presented.encode()), self._digest)
         ):
             return None
-        principal = _certificate_principal(request) if self.auth.client_certificates else None
-        if principal is not None:
-            if not self.auth.super_users or principal in self.auth.super_users:
+        der = _peer_certificate(request) if self.auth.client_certificates else None
+        if der is not None:
+            if not self.auth.super_users:
+                return None
+            principal = principal_from_certificate(der)
+            if principal in self.auth.super_users:
                 return None
             return self._refuse(
                 request,
@@ -125,11 +128,11 @@ def _bearer(header: str | None) -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
-def _certificate_principal(request: web.Request) -> str | None:
-    """`User:<subject>` of the client certificate the handshake verified, if any (the
-    context verifies whatever is presented: an unverifiable one fails the handshake)."""
+def _peer_certificate(request: web.Request) -> bytes | None:
+    """The client certificate (DER) the handshake verified, if any: the context verifies
+    whatever is presented, so an unverifiable one never gets this far."""
     transport = request.transport
     ssl_object: Any = None if transport is None else transport.get_extra_info("ssl_object")
     if ssl_object is None:
         return None
-    return principal_from_certificate(ssl_object.getpeercert(binary_form=True))
+    return ssl_object.getpeercert(binary_form=True) or None
