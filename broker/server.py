@@ -29,6 +29,7 @@ from broker.metadata_loader import MetadataLoader
 from broker.network import KafkaServer
 from broker.replica_manager import ReplicaManager
 from common.clock import SYSTEM_CLOCK, Clock
+from common.controller_plane import plane_client
 from metadata_log.records import Endpoint
 from storage.log_manager import LogManager
 
@@ -47,6 +48,8 @@ class BrokerServer:
             list(config.controller_endpoints.values()),
             request_timeout_ms=config.request_timeout_ms,
             clock=clock,
+            # https and the token per the controller listener's settings (ConfigError if bad)
+            security=plane_client(config.properties),
         )
         self.lifecycle = BrokerLifecycleManager(
             self.channel,

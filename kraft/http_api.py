@@ -22,6 +22,7 @@ import msgspec
 from aiohttp import web
 
 from common.errors import Errors
+from kraft.http_auth import ApiAuth, Authenticator
 from kraft.service import ControllerApiError, ControllerService, NotActiveController
 from metadata_log.controller_api import (
     AllocateProducerIdsRequest,
@@ -244,17 +245,37 @@ def _error(
     return _json(ErrorResponse(error_code, message), status, headers)
 
 
+def _refused(status: int, message: str, token_presented: bool) -> web.Response:
+    # 401: no or bad credentials (Kafka's code for a failed authentication); 403: an
+    # authenticated principal without the right (as Kafka's ClusterAction refusal).
+    if status == 401:
+        challenge = 'Bearer realm="kraft-controller"'
+        if token_presented:
+            challenge += ', error="invalid_token"'  # RFC 6750 3.1
+        return _error(
+            401, Errors.SASL_AUTHENTICATION_FAILED, message, {"WWW-Authenticate": challenge}
+        )
+    return _error(status, Errors.CLUSTER_AUTHORIZATION_FAILED, message)
+
+
 class _Api:
-    def __init__(self, service: ControllerService, max_body_bytes: int) -> None:
+    def __init__(self, service: ControllerService, max_body_bytes: int, auth: ApiAuth) -> None:
         self.service = service
         self.max_body_bytes = max_body_bytes
+        self.authenticator = Authenticator(auth)
         self.responses: Counter[int] = Counter()
 
     @web.middleware
     async def middleware(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
-        resp = await self._guarded(request, handler)
+        # Authentication first, before any handler (or 404/405) runs: a refused request
+        # changes nothing and learns nothing about the routes.
+        refusal = self.authenticator.check(request)
+        if refusal is None:
+            resp = await self._guarded(request, handler)
+        else:
+            resp = _refused(refusal.status, refusal.message, refusal.token_presented)
         self.responses[resp.status] += 1
         return resp
 
@@ -273,7 +294,8 @@ class _Api:
                     "no active controller is known; retry shortly",
                     {"Retry-After": "1"},
                 )
-            location = f"http://{exc.leader_http}{request.raw_path}"
+            # The voters share the listener's protocol: https here means https there.
+            location = f"{request.scheme}://{exc.leader_http}{request.raw_path}"
             return _error(
                 307,
                 Errors.NOT_CONTROLLER,
@@ -378,8 +400,11 @@ class _Api:
         return web.Response(body=text.encode(), headers={"Content-Type": PROMETHEUS})
 
 
-def make_app(service: ControllerService, *, max_body_bytes: int = 1 << 20) -> web.Application:
-    api = _Api(service, max_body_bytes)
+def make_app(
+    service: ControllerService, *, max_body_bytes: int = 1 << 20, auth: ApiAuth | None = None
+) -> web.Application:
+    """The API; `auth` (kraft/http_auth.py) says who may call it (None: anyone)."""
+    api = _Api(service, max_body_bytes, auth or ApiAuth())
     app = web.Application(client_max_size=max_body_bytes, middlewares=[api.middleware])
     writes: list[tuple[str, type[Any], Callable[[Any], Awaitable[msgspec.Struct | None]]]] = [
         ("/v1/brokers/register", BrokerRegistrationRequest, service.register_broker),
