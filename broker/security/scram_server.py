@@ -142,7 +142,11 @@ class ScramServer:
             proof = base64.b64decode(proof_b64, validate=True)
         except (binascii.Error, ValueError):
             raise self._failed() from None
-        if binding != self._gs2_header.encode() or parts[1] != f"r={self._nonce}":
+        # Kafka checks that the nonce *ends with* the one it sent, and librdkafka 2.0.0-2.0.2
+        # (Debian's kcat) depends on it: it repeats its own nonce in front. The server's
+        # random part is still there, so a replayed final message is still refused.
+        nonce = parts[1][2:] if parts[1].startswith("r=") else ""
+        if binding != self._gs2_header.encode() or not nonce.endswith(self._nonce):
             raise self._failed()
         auth_message = f"{self._first_bare},{self._server_first},{without_proof}".encode()
         stored = self._credential.stored_key

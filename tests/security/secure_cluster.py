@@ -227,9 +227,10 @@ def kcat_roundtrip(bootstrap: str, conf: dict[str, str], topic: str, n: int) -> 
     options = [x for k, v in conf.items() for x in ("-X", f"{k}={v}")]
     base = [kcat, "-b", bootstrap, *options, "-t", topic]
     produced = b"\n".join(values("kcat", n)) + b"\n"
-    subprocess.run([*base, "-P", "-X", "acks=all"], input=produced, check=True, timeout=TIMEOUT_S)
-    out = subprocess.run(
-        [*base, "-C", "-o", "beginning", "-e", "-q", "-c", str(n)],
-        capture_output=True, check=True, timeout=TIMEOUT_S,
-    )  # fmt: skip
-    return sorted(line for line in out.stdout.split(b"\n") if line)
+    run = subprocess.run([*base, "-P", "-X", "acks=all"], input=produced, capture_output=True,
+                         timeout=TIMEOUT_S)  # fmt: skip
+    assert run.returncode == 0, run.stderr.decode(errors="replace")[-2000:]
+    run = subprocess.run([*base, "-C", "-o", "beginning", "-e", "-q", "-c", str(n)],
+                         capture_output=True, timeout=TIMEOUT_S)  # fmt: skip
+    assert run.returncode == 0, run.stderr.decode(errors="replace")[-2000:]
+    return sorted(line for line in run.stdout.split(b"\n") if line)

@@ -20,7 +20,14 @@ from broker.security.scram_server import ScramServer, decode_sasl_name, failure_
 from common.api_keys import ApiKey
 from common.errors import Errors
 from common.sasl_client import SaslClientError, sasl_client
-from common.scram import ScramMechanism, salted_password, server_key, stored_key
+from common.scram import (
+    ScramMechanism,
+    client_key,
+    hmac_digest,
+    salted_password,
+    server_key,
+    stored_key,
+)
 from metadata_log.image import ScramCredential
 from tests.harness.raw_protocol import decode_response, encode_request, request
 
@@ -143,6 +150,21 @@ def test_scram_refuses_tampered_and_unsupported_messages() -> None:
     server = scram_server(SHA256, {"alice": "pw"})
     assert server.evaluate(b"n,a=alice,n=alice,r=abc").startswith(b"r=abc")  # authzid = user
     login(scram_server(SHA256, {"alice": "pw"}), "SCRAM-SHA-256", "alice", "pw")
+
+
+def test_a_final_nonce_with_the_client_part_repeated_is_accepted_as_kafka_does() -> None:
+    """librdkafka 2.0.0-2.0.2 sends r=<client nonce><client nonce><server nonce>; Kafka
+    only checks that the nonce ends with the one it sent."""
+    server = scram_server(SHA256, {"alice": "pw"})
+    server_first = server.evaluate(b"n,,n=alice,r=abc").decode()
+    nonce = server_first.split(",")[0][2:]
+    without_proof = f"c=biws,r=abc{nonce}"
+    auth_message = f"n=alice,r=abc,{server_first},{without_proof}".encode()
+    salted = salted_password(SHA256, b"pw", b"salt-1234", 4096)
+    signature = hmac_digest(SHA256, stored_key(SHA256, salted), auth_message)
+    proof = bytes(a ^ b for a, b in zip(client_key(SHA256, salted), signature, strict=True))
+    final = f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+    assert server.evaluate(final).startswith(b"v=") and server.username == "alice"
 
 
 def test_scram_takes_two_messages_only() -> None:
