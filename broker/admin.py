@@ -134,8 +134,8 @@ class Admin:
 
     # -- configs (DescribeConfigs) -----------------------------------------------------------
 
-    def broker_configs(self) -> dict[str, tuple[str, bool]]:
-        """This broker's configs: name -> (value, is_default)."""
+    def broker_configs(self) -> dict[str, tuple[str | None, bool]]:
+        """This broker's configs: name -> (value, is_default); None: a secret, not shown."""
         return self.config.described_configs()
 
     def topic_configs(self, topic: str) -> dict[str, tuple[str, bool]] | None:

@@ -28,9 +28,10 @@ NOT_LEADER answers, KIP-951).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from broker import apis_admin, apis_data, apis_group, apis_group_admin
+from broker import apis_admin, apis_data, apis_group, apis_group_admin, apis_sasl
 from broker.apis_common import ApiHandler, BrokerApis, CloseConnection, Response
 from broker.codec import (
     RequestHeader,
@@ -41,6 +42,7 @@ from broker.codec import (
     request_class,
 )
 from broker.codec_schema import topic_uuid
+from broker.security.session import current_session
 from common.api_keys import ApiKey
 from common.errors import Errors
 
@@ -66,19 +68,18 @@ class KafkaApis:
         self,
         broker_id: int,
         cluster_id: str,
-        listener_name: str,
         replica_manager: ReplicaManager,
         groups: GroupCoordinator,
         admin: Admin,
-        advertised: tuple[str, int] | None = None,
+        advertised: Mapping[str, tuple[str, int]] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.cluster_id = cluster_id
         self.replica_manager = replica_manager
         self.groups = groups
         self.admin = admin
-        self._listener_name = listener_name
-        self._advertised = advertised  # our own (host, port) on this listener, if configured
+        # Our own (host, port) by listener name, as configured (the image may lag).
+        self._advertised = dict(advertised or {})
         self._uuid_cache: tuple[object, dict[Any, str]] | None = None
 
     async def handle(self, frame: bytes) -> Response:
@@ -115,13 +116,15 @@ class KafkaApis:
         return self.replica_manager.image()
 
     def advertised_endpoint(self, broker_id: int) -> tuple[str, int] | None:
-        """(host, port) clients should use for `broker_id` on this listener."""
-        if broker_id == self.broker_id and self._advertised is not None:
-            return self._advertised
+        """(host, port) clients should use for `broker_id` on the listener the request
+        came in on (as Kafka answers Metadata: each listener names its own endpoints)."""
+        listener = current_session().listener
+        if broker_id == self.broker_id and listener in self._advertised:
+            return self._advertised[listener]
         b = self.image().brokers.get(broker_id)
         if b is None:
             return None
-        ep = b.endpoint(self._listener_name)
+        ep = b.endpoint(listener)
         return None if ep is None else (ep.host, ep.port)
 
     def topic_name_by_id(self, topic_id: Any) -> str | None:
@@ -175,6 +178,7 @@ HANDLERS = _by_key(
     apis_admin.API_HANDLERS,
     apis_group.API_HANDLERS,
     apis_group_admin.API_HANDLERS,
+    apis_sasl.API_HANDLERS,
     API_HANDLERS,
 )
 # What ApiVersions advertises: exactly the rows above.
