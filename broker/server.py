@@ -28,6 +28,7 @@ from broker.lifecycle import BrokerLifecycleManager
 from broker.metadata_loader import MetadataLoader
 from broker.network import KafkaServer
 from broker.replica_manager import ReplicaManager
+from broker.security.authorizer import StandardAuthorizer
 from common.clock import SYSTEM_CLOCK, Clock
 from metadata_log.records import Endpoint
 from storage.log_manager import LogManager
@@ -96,11 +97,18 @@ class BrokerServer:
             config.offsets_commit_timeout_ms,
             clock=clock,
         )
+        # None: authorization off (authorizer.class.name unset), everything allowed.
+        self.authorizer = (
+            StandardAuthorizer(config.super_users, config.allow_everyone_if_no_acl_found)
+            if config.authorizer_enabled
+            else None
+        )
         # Who sees each applied metadata batch, in this order (one line per publisher).
         self.loader.publishers += [
             self.replica_manager,  # first: the others read the replicas it made or dropped
+            *([self.authorizer] if self.authorizer is not None else []),  # the ACL bindings
             self.groups,  # loads or drops the groups of the offsets partitions we lead
-            # (to come: the authorizer, dynamic configs, SCRAM credentials)
+            # (to come: dynamic configs)
             self.lifecycle,  # last: "caught up" must mean every publisher above applied it
         ]
         own = config.advertised(config.listener.name)
@@ -112,6 +120,7 @@ class BrokerServer:
             self.groups,
             self.admin,
             None if own is None else (own.host, own.port),
+            authorizer=self.authorizer,
         )
         self.listener: KafkaServer | None = None
         self._stop_tasks = asyncio.Event()

@@ -199,8 +199,6 @@ class IncrementalAlterConfigsRequest(_Body):
 
 MAX_ACL_OPS = 10_000  # Kafka's MAX_RECORDS_PER_USER_OP: bindings created or removed at once
 Int8 = Annotated[int, msgspec.Meta(ge=-128, le=127)]
-UserName = Annotated[str, msgspec.Meta(max_length=1024)]  # empty: refused per user
-Secret = Annotated[bytes, msgspec.Meta(max_length=1024)]
 
 
 class CreateAclsRequest(_Body):
@@ -230,8 +228,12 @@ class DeleteAclsResponse(_Reply):
     filter_results: list[DeleteAclsFilterResult]  # one per filter, in order
 
 
+# User names, salts and keys have no bound of their own (Kafka has none): the body size
+# bounds them, and a bad one is refused for its user alone (an empty name, for one).
+
+
 class ScramCredentialDeletion(_Body):
-    name: UserName
+    name: str
     mechanism: Int8  # common.scram.ScramMechanism code
 
 
@@ -239,12 +241,12 @@ class ScramCredentialUpsertion(_Body):
     """A credential as the broker derived it from the client's salted password (KIP-554):
     the salted password itself never leaves the broker."""
 
-    name: UserName
+    name: str
     mechanism: Int8
     iterations: Int32
-    salt: Secret
-    stored_key: Secret
-    server_key: Secret
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
 
     def __repr__(self) -> str:  # keys and salt stay out of logs and tracebacks
         return f"ScramCredentialUpsertion(name={self.name!r}, mechanism={self.mechanism})"

@@ -15,6 +15,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec.structs import astuple
 
 from broker.security.authorizer import StandardAuthorizer
 from common.acl import (
@@ -291,7 +292,7 @@ def test_a_match_filter_names_exactly_the_bindings_the_authorizer_applies(
     authorizer.load(bindings)
     applied = authorizer.applicable(rtype, name)
     matched = [b for b in bindings if AclBindingFilter(rtype, name, PatternType.MATCH).matches(b)]
-    assert sorted(map(repr, applied)) == sorted(map(repr, matched))
+    assert sorted(applied, key=astuple) == sorted(matched, key=astuple)
 
 
 # -- AlterUserScramCredentials --------------------------------------------------------------
