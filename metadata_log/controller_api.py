@@ -297,7 +297,9 @@ class LogEntry(msgspec.Struct, frozen=True):
 
 
 class LogResponse(msgspec.Struct, frozen=True):
-    """GET /v1/metadata/log. The msgpack form decodes with this same type."""
+    """GET /v1/metadata/log?format=msgpack (what brokers read). The JSON form has the same
+    shape with SCRAM salts and keys redacted (metadata_log/redactor.py), so only a log
+    without credentials decodes from JSON with this type."""
 
     records: list[LogEntry]
     next_offset: int
