@@ -403,6 +403,20 @@ def test_scram_refusals_are_per_user(cluster: ProcCluster) -> None:
     assert {"alice", "carol"} <= set(credentials_on(address))
 
 
+def test_a_restarted_broker_loads_bindings_and_credentials_again(cluster: ProcCluster) -> None:
+    """A broker starting again reads the metadata from a snapshot: the authorizer must
+    load the bindings from it, and the credentials must be there."""
+    first = cluster.brokers[0]
+    before = acls_on(first.address)
+    assert {ORDERS_READ, GROUP_READ} <= before
+    cluster.kill_broker(first.node_id)
+    cluster.restart_broker(first.node_id)
+    wait_for(
+        lambda: acls_on(first.address) == before, 60, "the bindings after a restart", cluster.logs
+    )
+    assert credentials_on(first.address, "alice") == {"alice": (0, [(1, 8192)])}
+
+
 # -- without an authorizer -----------------------------------------------------------------------
 
 
