@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.codec import CloseConnection as CloseConnection  # re-exported for handlers
 from broker.codec import RequestHeader, encode_response
+from common.acl import AclOperation, ResourceType
 from common.api_keys import ApiKey
 from common.errors import Errors
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from broker.admin import Admin
     from broker.group.manager import GroupCoordinator
     from broker.replica_manager import ReplicaManager
+    from broker.security.authorizer import StandardAuthorizer
     from metadata_log.image import MetadataImage
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)  # Kafka's "not requested" value
@@ -37,8 +39,22 @@ class BrokerApis(Protocol):
     replica_manager: ReplicaManager
     groups: GroupCoordinator
     admin: Admin
+    # None: authorization is off (`authorizer.class.name` unset) and everything is
+    # allowed. Handlers test it once per request before any per-resource check, so an
+    # unsecured broker pays one attribute read.
+    authorizer: StandardAuthorizer | None
 
     def image(self) -> MetadataImage: ...
+
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """May the current session's principal, from its host, do `operation` on the
+        LITERAL resource `name`? (Kafka's AuthHelper.authorize.)"""
+        ...
+
+    def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """May it do `operation` on at least one resource of the type? (Kafka's
+        authorizeByResourceType, e.g. KIP-679's "may write some topic".)"""
+        ...
 
     def advertised_endpoint(self, broker_id: int) -> tuple[str, int] | None:
         """(host, port) clients should use for `broker_id` on this listener."""

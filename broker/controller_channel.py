@@ -33,10 +33,16 @@ from metadata_log.controller_api import (
     AllocateProducerIdsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     ErrorResponse,
@@ -210,6 +216,17 @@ class ControllerChannel:
     async def allocate_producer_ids(self, broker_epoch: int) -> AllocateProducerIdsResponse:
         req = AllocateProducerIdsRequest(self.broker_id, max(0, broker_epoch))
         return await self.post("/v1/producer-ids", req, AllocateProducerIdsResponse)
+
+    async def create_acls(self, req: CreateAclsRequest) -> CreateAclsResponse:
+        return await self.post("/v1/acls", req, CreateAclsResponse)
+
+    async def delete_acls(self, req: DeleteAclsRequest) -> DeleteAclsResponse:
+        return await self.post("/v1/acls/delete", req, DeleteAclsResponse)
+
+    async def alter_user_scram_credentials(
+        self, req: AlterUserScramCredentialsRequest
+    ) -> AlterUserScramCredentialsResponse:
+        return await self.post("/v1/scram-credentials", req, AlterUserScramCredentialsResponse)
 
 
 def _error(data: bytes, status: int) -> ErrorResponse:

@@ -27,24 +27,27 @@ from kraft.service import ControllerApiError, ControllerService, NotActiveContro
 from metadata_log.controller_api import (
     AllocateProducerIdsRequest,
     AlterPartitionRequest,
+    AlterUserScramCredentialsRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
     ClusterBroker,
     ClusterDescription,
     ClusterPartition,
     ClusterTopic,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
     DeleteTopicsRequest,
     ElectLeadersRequest,
     ErrorResponse,
     IncrementalAlterConfigsRequest,
-    LogEntry,
-    LogResponse,
     QuorumStatus,
 )
+from metadata_log.controller_api import LogResponse as LogResponse  # what the JSON log decodes as
 from metadata_log.image import MetadataImage
 from metadata_log.records import decode
+from metadata_log.redactor import loggable_record
 from metadata_log.snapshot import encode_snapshot
 
 log = logging.getLogger(__name__)
@@ -71,6 +74,18 @@ class _RawLogEntry(msgspec.Struct, frozen=True):
 
 class _RawLogResponse(msgspec.Struct, frozen=True):
     records: list[_RawLogEntry]
+    next_offset: int
+
+
+class _LoggableLogEntry(msgspec.Struct, frozen=True):
+    offset: int
+    record: dict[str, Any]  # the record's JSON with its secrets redacted
+
+
+class _LoggableLogResponse(msgspec.Struct, frozen=True):
+    """The JSON form of LogResponse, for people: SCRAM salts and keys are redacted."""
+
+    records: list[_LoggableLogEntry]
     next_offset: int
 
 
@@ -374,7 +389,11 @@ class _Api:
                 [_RawLogEntry(o, msgspec.Raw(b)) for o, b in entries], next_offset
             )
             return web.Response(body=_msgpack_encoder.encode(raw), content_type=MSGPACK)
-        return _json(LogResponse([LogEntry(o, decode(b)) for o, b in entries], next_offset))
+        return _json(
+            _LoggableLogResponse(
+                [_LoggableLogEntry(o, loggable_record(decode(b))) for o, b in entries], next_offset
+            )
+        )
 
     async def metadata_snapshot(self, request: web.Request) -> web.Response:
         image, next_offset = self.service.snapshot()
@@ -416,6 +435,13 @@ def make_app(
         ("/v1/partitions/create", CreatePartitionsRequest, service.create_partitions),
         ("/v1/leaders/elect", ElectLeadersRequest, service.elect_leaders),
         ("/v1/configs", IncrementalAlterConfigsRequest, service.alter_configs),
+        ("/v1/acls", CreateAclsRequest, service.create_acls),
+        ("/v1/acls/delete", DeleteAclsRequest, service.delete_acls),
+        (
+            "/v1/scram-credentials",
+            AlterUserScramCredentialsRequest,
+            service.alter_user_scram_credentials,
+        ),
     ]
     for path, req_type, call in writes:
         app.router.add_post(path, api.write_route(req_type, call))

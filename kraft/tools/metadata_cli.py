@@ -20,7 +20,9 @@ import msgspec
 
 from common.controller_plane import ControllerPlaneClient, plane_client
 from common.properties import ConfigError, read_properties
+from common.scram import ScramMechanism
 from metadata_log.image import MetadataImage
+from metadata_log.redactor import loggable_credential, loggable_record
 from metadata_log.snapshot import SnapshotError, read_snapshot, snapshot_records
 
 
@@ -41,9 +43,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _image_json(image: MetadataImage) -> dict:
-    """The image as JSON; config keys (resource type, name) become "type:name"."""
-    out = msgspec.to_builtins(msgspec.structs.replace(image, configs={}), str_keys=True)
+    """The image as JSON; config keys (resource type, name) become "type:name", SCRAM
+    credentials user -> mechanism -> credential, with its salt and keys redacted."""
+    out = msgspec.to_builtins(
+        msgspec.structs.replace(image, configs={}, scram_credentials={}), str_keys=True
+    )
     out["configs"] = {f"{t}:{name}": dict(v) for (t, name), v in sorted(image.configs.items())}
+    users: dict[str, dict[str, dict]] = {}
+    for (user, mechanism), cred in sorted(image.scram_credentials.items()):
+        name = ScramMechanism(mechanism).mechanism_name
+        users.setdefault(user, {})[name] = loggable_credential(cred)
+    out["scram_credentials"] = users
     return out
 
 
@@ -66,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             image = read_snapshot(args.snapshot)
             if args.records:
                 for record in snapshot_records(image):
-                    print(msgspec.json.encode(record).decode())
+                    print(json.dumps(loggable_record(record)))
             else:
                 print(json.dumps(_image_json(image), indent=2))
             return 0
