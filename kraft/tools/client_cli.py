@@ -271,6 +271,9 @@ def _topic_metadata(client: Any, bootstrap: str, topic: str, timeout_s: float) -
         err = t.error if t is not None else None
         if t is None or (err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
             raise CliError(f"topic '{topic}' does not exist")
+        if err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            # Waiting will not change it: an ACL has to be added first.
+            raise CliError(f"topic '{topic}': {err.str()} ({err.name()})")
         ready = err is None and t.partitions and all(p.leader >= 0 for p in t.partitions.values())
         if ready:
             return t
