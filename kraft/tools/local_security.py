@@ -10,7 +10,8 @@ What a secured local cluster is (Kafka's property names; the token is ours):
   `User:admin`, whose password is in the listeners' JAAS configs; the authorizer on
   (`StandardAuthorizer`, `super.users=User:admin`);
 - the controller plane over TLS: every request carries `controller.quorum.http.token`,
-  and the brokers also present the client certificate (`ssl.client.auth=requested`);
+  and the brokers also present the client certificate (`ssl.client.auth=requested`,
+  the only certificate admitted: `super.users=User:CN=kraft-dev-client`);
 - one SCRAM-SHA-512 user (`alice`, a random password) made through the admin's
   AdminClient once the brokers are up, and two client configs in the data dir:
   `client.properties` (alice) and `admin.properties` (the super user), in Java's names,
@@ -48,6 +49,7 @@ SUPER_USER = "admin"
 USER = "alice"
 USER_MECHANISM = "SCRAM-SHA-512"
 CLIENT_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+CLIENT_CN = "kraft-dev-client"  # the brokers' certificate towards the controllers
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 SERVER_HOSTS = ("127.0.0.1", "localhost")
 
@@ -112,7 +114,7 @@ def load_or_create(data_dir: Path) -> Security:
     if not all(p.exists() for p in (sec.ca, sec.server_keystore, sec.client_keystore)):
         ca = make_ca(directory, "kraft-dev-ca")
         issue(ca, sec.server_keystore, "kraft-dev-server", hosts=SERVER_HOSTS, server=True)
-        issue(ca, sec.client_keystore, "kraft-dev-client")
+        issue(ca, sec.client_keystore, CLIENT_CN)
     return sec
 
 
@@ -176,13 +178,14 @@ def broker_properties(sec: Security, host: str, port: int, internal_port: int) -
 
 
 def controller_properties(sec: Security) -> dict[str, str]:
-    """What a secured controller adds: its HTTP API over TLS, a verified client
-    certificate or the token on every request."""
+    """What a secured controller adds: its HTTP API over TLS, and on every request the
+    token or the brokers' client certificate (the only one admitted)."""
     return {
         "controller.listener.names": CONTROLLER_LISTENER,
         "listener.security.protocol.map": f"{CONTROLLER_LISTENER}:SSL",
         **_tls(sec),
         "ssl.client.auth": "requested",
+        "super.users": f"User:CN={CLIENT_CN}",
         "controller.quorum.http.token": sec.http_token,
     }
 

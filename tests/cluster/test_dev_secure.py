@@ -131,6 +131,7 @@ def test_controller_properties(planned) -> None:
         assert props["controller.quorum.http.token"] == planned.security.http_token
         assert props["ssl.keystore.location"] == str(planned.security.server_keystore)
         assert props["ssl.client.auth"] == "requested"
+        assert props["super.users"] == "User:CN=kraft-dev-client"
         assert private(c.properties_path)
 
 
