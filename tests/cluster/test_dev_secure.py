@@ -25,6 +25,7 @@ from kraft.tools.local_security import (
     load_or_create,
     write_client_configs,
 )
+from tests.harness.cli import kraft, one_line_error
 
 
 @pytest.fixture
@@ -183,3 +184,12 @@ def test_client_configs_are_java_properties_the_tools_read(planned) -> None:
     assert rd_admin["sasl.mechanism"] == "PLAIN"
     assert read_properties(admin) == admin_properties(sec, bootstrap)
     assert (rd_admin["sasl.username"], rd_admin["sasl.password"]) == ("admin", sec.admin_password)
+
+
+def test_secure_refuses_a_data_dir_made_without_it(tmp_path: Path) -> None:
+    plain = plan_cluster(tmp_path / "data", 1, 1)
+    plain.data_dir.mkdir()
+    plain.write_json()
+    proc = kraft("dev", "--secure", "--data-dir", str(tmp_path / "data"))
+    one_line_error(proc, "made without --secure")
+    assert not (tmp_path / "data" / "security").exists()
