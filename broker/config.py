@@ -383,7 +383,7 @@ def from_properties(values: Mapping[str, str]) -> BrokerConfig:
 
 
 def _authorizer_enabled(props: Properties) -> bool:
-    name = (props.get_string("authorizer.class.name") or "").strip()
+    name = props.get_string("authorizer.class.name") or ""
     if name and name not in AUTHORIZER_CLASS_NAMES:
         raise ConfigError(
             f"authorizer.class.name: {name!r} is not supported; use "
