@@ -15,8 +15,10 @@ they are), or None when no response is due (Produce with acks=0). It raises
 `KafkaApis` is the `BrokerApis` the handlers see: the replica manager, the group
 coordinator and the admin facade, which they call directly. The handlers live by area:
 the data path in `apis_data`, metadata in `apis_metadata`, admin in `apis_admin`, groups
-in `apis_group` and `apis_group_admin`; each exports its rows (`API_HANDLERS`: versions and handler
-together), and the versions advertised in ApiVersions are built from those rows only.
+in `apis_group` and `apis_group_admin`, ACLs and SCRAM credentials in `apis_acls`, the
+SASL APIs' post-login answers in `apis_sasl`; each exports its rows (`API_HANDLERS`:
+versions and handler together), and the versions advertised in ApiVersions are built
+from those rows only.
 
 Versions: floors follow Kafka 4.x (which dropped the pre-2.1 versions, KIP-896) and what
 kio has; ceilings are where our handlers stop and where today's clients (confluent-kafka
@@ -28,9 +30,18 @@ NOT_LEADER answers, KIP-951).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from broker import apis_admin, apis_data, apis_group, apis_group_admin, apis_metadata
+from broker import (
+    apis_acls,
+    apis_admin,
+    apis_data,
+    apis_group,
+    apis_group_admin,
+    apis_metadata,
+    apis_sasl,
+)
 from broker.apis_common import ApiHandler, BrokerApis, CloseConnection, Response
 from broker.codec import (
     RequestHeader,
@@ -69,11 +80,10 @@ class KafkaApis:
         self,
         broker_id: int,
         cluster_id: str,
-        listener_name: str,
         replica_manager: ReplicaManager,
         groups: GroupCoordinator,
         admin: Admin,
-        advertised: tuple[str, int] | None = None,
+        advertised: Mapping[str, tuple[str, int]] | None = None,
         *,
         authorizer: StandardAuthorizer | None = None,
     ) -> None:
@@ -83,8 +93,8 @@ class KafkaApis:
         self.groups = groups
         self.admin = admin
         self.authorizer = authorizer  # None: authorization off, everything allowed
-        self._listener_name = listener_name
-        self._advertised = advertised  # our own (host, port) on this listener, if configured
+        # Our own (host, port) by listener name, as configured (the image may lag).
+        self._advertised = dict(advertised or {})
         self._uuid_cache: tuple[object, dict[Any, str]] | None = None
 
     async def handle(self, frame: bytes) -> Response:
@@ -121,13 +131,15 @@ class KafkaApis:
         return self.replica_manager.image()
 
     def advertised_endpoint(self, broker_id: int) -> tuple[str, int] | None:
-        """(host, port) clients should use for `broker_id` on this listener."""
-        if broker_id == self.broker_id and self._advertised is not None:
-            return self._advertised
+        """(host, port) clients should use for `broker_id` on the listener the request
+        came in on (as Kafka answers Metadata: each listener names its own endpoints)."""
+        listener = current_session().listener
+        if broker_id == self.broker_id and listener in self._advertised:
+            return self._advertised[listener]
         b = self.image().brokers.get(broker_id)
         if b is None:
             return None
-        ep = b.endpoint(self._listener_name)
+        ep = b.endpoint(listener)
         return None if ep is None else (ep.host, ep.port)
 
     # -- BrokerApis: authorization -------------------------------------------------------------
@@ -195,11 +207,13 @@ def _by_key(*tables: tuple[ApiHandler, ...]) -> dict[int, ApiHandler]:
 
 
 HANDLERS = _by_key(
+    apis_acls.API_HANDLERS,
     apis_data.API_HANDLERS,
     apis_metadata.API_HANDLERS,
     apis_admin.API_HANDLERS,
     apis_group.API_HANDLERS,
     apis_group_admin.API_HANDLERS,
+    apis_sasl.API_HANDLERS,
     API_HANDLERS,
 )
 # What ApiVersions advertises: exactly the rows above.

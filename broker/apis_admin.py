@@ -308,7 +308,7 @@ async def handle_describe_configs(apis: BrokerApis, header: RequestHeader, body:
             "resource_type": res.resource_type,
             "resource_name": res.resource_name,
         }
-        configs: dict[str, tuple[str, bool]] | None
+        configs: dict[str, tuple[str | None, bool]] | None
         refusal = _describe_configs_refusal(apis, res.resource_type, res.resource_name)
         if refusal is not None:
             configs = None
@@ -338,7 +338,7 @@ async def handle_describe_configs(apis: BrokerApis, header: RequestHeader, body:
                     "value": value,
                     "read_only": read_only,
                     "config_source": _DEFAULT_CONFIG if is_default else source,
-                    "is_sensitive": False,
+                    "is_sensitive": value is None,  # a secret: never shown
                     "synonyms": [],
                     "config_type": 0,
                     "documentation": None,

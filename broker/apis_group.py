@@ -17,7 +17,7 @@ from typing import Any
 from broker.apis_common import ApiHandler, BrokerApis, Response, answer, to_ms
 from broker.codec import RequestHeader
 from broker.group import messages as gm
-from broker.network import client_host
+from broker.security.session import current_session
 from common.acl import AclOperation, ResourceType
 from common.api_keys import ApiKey
 from common.errors import Errors
@@ -99,6 +99,12 @@ def find_coordinator_error(header: RequestHeader, body: Any, code: int) -> Respo
 # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ---------------------------------------------------
 
 
+def _client_host() -> str:
+    """The member's host as Kafka shows it: "/127.0.0.1" ("" outside a connection)."""
+    host = current_session().client_host
+    return f"/{host}" if host else ""
+
+
 async def handle_join_group(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     if not _may_read_group(apis, body.group_id):
         return join_group_error(header, body, Errors.GROUP_AUTHORIZATION_FAILED)
@@ -109,7 +115,7 @@ async def handle_join_group(apis: BrokerApis, header: RequestHeader, body: Any) 
         body.member_id,
         getattr(body, "group_instance_id", None),
         header.client_id or "",
-        client_host.get(),
+        _client_host(),
         session,
         to_ms(body.rebalance_timeout) if v >= 1 else session,
         body.protocol_type,
