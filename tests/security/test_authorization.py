@@ -315,7 +315,7 @@ def test_an_unknown_authorizer_stops_start_up(tmp_path: Path) -> None:
     props.write_text(
         "process.roles=broker\nnode.id=1\nlisteners=PLAINTEXT://127.0.0.1:0\n"
         f"log.dirs={tmp_path / 'logs'}\ncontroller.quorum.http.endpoints=1@127.0.0.1:1\n"
-        "authorizer.class.name=kafka.security.authorizer.AclAuthorizer\n"
+        "authorizer.class.name=com.example.NotAnAuthorizer\n"
     )
     run = subprocess.run(
         [sys.executable, "-m", "broker.main", "--config", str(props)],
