@@ -1,8 +1,9 @@
 """What each Kafka API answers a principal with no ACLs, as Kafka's request handlers do:
 one request per API key (at its lowest and highest advertised version) aimed at state
-that exists, and the refusal it must get.
+that exists, and the refusal it must get; and `cluster_view`, the state a super user
+sees, to show the refusals changed nothing.
 
-`check_refused(client, advertised, ctx)` walks the API keys a broker advertises in
+`check_refused(client, advertised, target)` walks the API keys a broker advertises in
 ApiVersions: a key with no entry here fails, so an API added without authorization (or
 without a line here saying what its refusal is) cannot go unnoticed.
 """
@@ -23,6 +24,9 @@ TOPIC_DENIED = Errors.TOPIC_AUTHORIZATION_FAILED
 GROUP_DENIED = Errors.GROUP_AUTHORIZATION_FAILED
 CLUSTER_DENIED = Errors.CLUSTER_AUTHORIZATION_FAILED
 TXN_DENIED = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+ALL_TOPICS = {"topics": None, "allow_auto_topic_creation": False,
+              "include_topic_authorized_operations": False}  # fmt: skip
 
 # Kafka answers these for anyone: version discovery and the login itself.
 OPEN_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
@@ -363,3 +367,60 @@ def check_refused(client: RawClient, advertised: dict[int, tuple[int, int]], t: 
                 REFUSALS[key](client, v, t)
             except AssertionError as e:
                 raise AssertionError(f"{ApiKey(key).name} v{v}: {e}") from e
+
+
+# -- what a super user sees -------------------------------------------------------------------
+
+
+def cluster_view(clients: list[RawClient]) -> dict[str, Any] | None:
+    """The state a super user sees through one client per broker, or None while the
+    cluster still settles (a leader or coordinator moving, a group loading): topics with
+    their ids and partition counts, each log's start and end offset (the offsets topic
+    too, where every group write lands), and each group's state, members and offsets."""
+    md = call(clients[0], 3, 12, ALL_TOPICS)
+    if any(p.error_code for t in md.topics for p in t.partitions):
+        return None
+    topics = {t.name: (t.topic_id, len(t.partitions)) for t in md.topics}
+    offsets: dict[tuple[str, int, int], int] = {}
+    groups: dict[str, Any] = {}
+    for client in clients:
+        for ts in (-2, -1):  # earliest, latest; only the leader answers
+            listed = [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {
+                            "partition_index": p.partition_index,
+                            "timestamp": ts,
+                            "current_leader_epoch": -1,
+                        }
+                        for p in t.partitions
+                    ],
+                }
+                for t in md.topics
+            ]
+            resp = call(client, 2, 7, {"replica_id": -1, "isolation_level": 0, "topics": listed})
+            for t in resp.topics:
+                for p in t.partitions:
+                    if p.error_code == 0:
+                        offsets[(t.name, p.partition_index, ts)] = p.offset
+        listed_groups = call(client, 16, 5, {"states_filter": [], "types_filter": []})
+        if listed_groups.error_code:
+            return None
+        for g in listed_groups.groups:
+            groups[g.group_id] = _group_view(client, g.group_id)
+    if len(offsets) != 2 * sum(n for _, n in topics.values()) or None in groups.values():
+        return None
+    return {"topics": topics, "offsets": offsets, "groups": groups}
+
+
+def _group_view(client: RawClient, group_id: str) -> Any:
+    described = call(client, 15, 5, {"groups": [group_id], "include_authorized_operations": False})
+    g = described.groups[0]
+    wanted = {"group_id": group_id, "member_id": None, "member_epoch": -1, "topics": None}
+    fetched = call(client, 9, 9, {"groups": [wanted], "require_stable": False}).groups[0]
+    if g.error_code or fetched.error_code:
+        return None
+    committed = {(t.name, p.partition_index): p.committed_offset
+                 for t in fetched.topics for p in t.partitions}  # fmt: skip
+    return g.group_state, sorted(m.member_id for m in g.members), committed

@@ -31,7 +31,7 @@ from common.acl import AclOperation
 from common.properties import read_properties
 from tests.harness.cluster_procs import ProcCluster, wait_for
 from tests.harness.raw_protocol import RawClient
-from tests.security.authz_refusals import Target, call, check_refused
+from tests.security.authz_refusals import ALL_TOPICS, Target, call, check_refused, cluster_view
 
 BROKER_PROPS = {
     "authorizer.class.name": STANDARD_AUTHORIZER,
@@ -94,14 +94,9 @@ class AuthzCluster:
 
     def target(self) -> Target:
         with self.raw() as c:
-            md = call(c, 3, 12, _all_topics())
+            md = call(c, 3, 12, ALL_TOPICS)
         ids = {t.name: t.topic_id for t in md.topics}
         return Target("t", ids["t"], "doomed", "g", self.broker.node_id)
-
-
-def _all_topics() -> dict[str, Any]:
-    return {"topics": None, "allow_auto_topic_creation": False,
-            "include_topic_authorized_operations": False}  # fmt: skip
 
 
 def _client(bootstrap: str, **conf: Any) -> dict[str, Any]:
@@ -165,42 +160,9 @@ def _consume_and_commit(bootstrap: str, topic: str, group: str) -> int:
 
 
 def snapshot(c: AuthzCluster) -> dict[str, Any] | None:
-    """What a super user sees (None while the restarted broker still settles): topics
-    with their ids and partitions, every log's start and end offset (the offsets topic
-    too: any group write shows there), the groups and their committed offsets."""
+    """What a super user sees (None while the restarted broker still settles)."""
     with c.raw() as client:
-        md = call(client, 3, 12, _all_topics())
-        topics = {t.name: (t.topic_id, len(t.partitions)) for t in md.topics}
-        if any(p.error_code for t in md.topics for p in t.partitions):
-            return None
-        offsets = {}
-        for ts in (-2, -1):
-            listed = [
-                {"name": t.name, "partitions": [
-                    {"partition_index": p.partition_index, "timestamp": ts,
-                     "current_leader_epoch": -1} for p in t.partitions]}
-                for t in md.topics
-            ]  # fmt: skip
-            resp = call(client, 2, 7, {"replica_id": -1, "isolation_level": 0, "topics": listed})
-            for t in resp.topics:
-                for p in t.partitions:
-                    if p.error_code:
-                        return None
-                    offsets[(t.name, p.partition_index, ts)] = p.offset
-        lg = call(client, 16, 5, {"states_filter": [], "types_filter": []})
-        if lg.error_code:
-            return None
-        groups = {}
-        for g in lg.groups:
-            group = {"group_id": g.group_id, "member_id": None, "member_epoch": -1, "topics": None}
-            resp = call(client, 9, 9, {"groups": [group], "require_stable": False})
-            fetched = resp.groups[0]
-            if fetched.error_code:
-                return None
-            committed = {(t.name, p.partition_index): p.committed_offset
-                         for t in fetched.topics for p in t.partitions}  # fmt: skip
-            groups[g.group_id] = (g.group_state, committed)
-    return {"topics": topics, "offsets": offsets, "groups": groups}
+        return cluster_view([client])
 
 
 def settled_snapshot(c: AuthzCluster) -> dict[str, Any]:
@@ -213,7 +175,7 @@ def settled_snapshot(c: AuthzCluster) -> dict[str, Any]:
 def test_a_super_user_can_do_everything(cluster: AuthzCluster) -> None:
     cluster.become(super_user=True)
     before = settled_snapshot(cluster)
-    assert before["groups"]["g"] == ("Empty", {("t", 0): 5, ("t", 1): 3})
+    assert before["groups"]["g"] == ("Empty", [], {("t", 0): 5, ("t", 1): 3})
     admin = AdminClient(_client(cluster.bootstrap))
     admin.create_topics([NewTopic("scratch", 2, 1)])["scratch"].result(30)
     _produce(cluster.bootstrap, "scratch")
