@@ -7,6 +7,9 @@ inter-broker listener as User:broker (a super user, as Kafka's brokers usually a
 - after `kraft acls --add` for the prefix `alice-`, alice produces and consumes those
   topics only, on every broker within 1 s, and sees only them (Metadata, ListGroups);
 - a DENY beats her prefixed ALLOW; removing the ALLOW refuses her again within 1 s;
+- dave's narrow grants answer request by request as Kafka's handlers do (a refused topic
+  beside an allowed one, WRITE without READ, auto-creation needing CREATE, offsets
+  hidden from a principal that may not describe their topic, authorized operations);
 - the super user does everything.
 
 The tests share the cluster and run in file order; every wait is a condition under a
@@ -44,7 +47,8 @@ from tests.harness.raw_protocol import produce as raw_produce
 from tests.security.authz_refusals import ALL_TOPICS, Target, call, check_refused, cluster_view
 from tests.security.secure_cluster import PLAIN_MODULE, SecureCluster, plain_jaas
 
-USERS = {"admin": "admin-secret", "alice": "alice-secret", "carol": "carol-secret"}
+USERS = {"admin": "admin-secret", "alice": "alice-secret", "carol": "carol-secret",
+         "dave": "dave-secret"}  # fmt: skip
 BROKER_PROPS = {
     "sasl.enabled.mechanisms": "PLAIN",
     "sasl.mechanism.inter.broker.protocol": "PLAIN",
@@ -159,24 +163,30 @@ def view(c: SecureCluster) -> dict[str, Any]:
     return wait_for(probe, 60, "admin's view of the cluster", c.logs)
 
 
-def took_effect_everywhere(c: SecureCluster, probe: Callable[[RawClient], bool]) -> float:
-    """Seconds until `probe` (on a connection as alice) is true on every broker."""
+def took_effect_everywhere(
+    c: SecureCluster, user: str, probe: Callable[[RawClient], bool]
+) -> float:
+    """Seconds until `probe` (on a connection as `user`) is true on every broker."""
     started = time.monotonic()
     pending = list(c.brokers)
     while pending:
         assert time.monotonic() - started < 10, "no broker took the change in 10 s"
         for b in list(pending):
-            with logged_in(b.address, "alice") as client:
+            with logged_in(b.address, user) as client:
                 if probe(client):
                     pending.remove(b)
     return time.monotonic() - started
 
 
-def describes_alice_group(client: RawClient) -> bool:
-    """DescribeGroups of alice-probe: refused (no DESCRIBE) or answered (NONE, or
-    NOT_COORDINATOR from the broker that does not coordinate it); changes nothing."""
-    resp = call(client, 15, 5, {"groups": ["alice-probe"], "include_authorized_operations": False})
+def describes_group(client: RawClient, group: str) -> bool:
+    """DescribeGroups: refused (no DESCRIBE) or answered (NONE, or NOT_COORDINATOR from
+    a broker that does not coordinate the group). It changes nothing."""
+    resp = call(client, 15, 5, {"groups": [group], "include_authorized_operations": False})
     return resp.groups[0].error_code != Errors.GROUP_AUTHORIZATION_FAILED
+
+
+def describes_alice_group(client: RawClient) -> bool:
+    return describes_group(client, "alice-probe")
 
 
 # -- no ACLs ---------------------------------------------------------------------------------
@@ -219,7 +229,7 @@ def test_a_prefixed_acl_lets_alice_use_her_topics_only(
              str(command_config), "--add", "--allow-principal", "User:alice",
              "--operation", "All", "--topic", "alice-", "--group", "alice-",
              "--resource-pattern-type", "prefixed"))  # fmt: skip
-    took = took_effect_everywhere(cluster, describes_alice_group)
+    took = took_effect_everywhere(cluster, "alice", describes_alice_group)
     assert took <= WITHIN_S, f"the ACL reached every broker after {took:.2f} s"
 
     # Her topics: created, written (idempotently: WRITE on some topic is enough, KIP-679),
@@ -265,7 +275,7 @@ def test_a_deny_beats_her_allow(cluster: SecureCluster) -> None:
     def write_refused(client: RawClient) -> bool:
         return _produce_code(client, "alice-locked") == Errors.TOPIC_AUTHORIZATION_FAILED
 
-    assert took_effect_everywhere(cluster, write_refused) <= WITHIN_S
+    assert took_effect_everywhere(cluster, "alice", write_refused) <= WITHIN_S
     # READ on it is still hers, and so is writing her other topics.
     assert produce(cluster.bootstrap, "alice", "alice-orders", 1) == []
     with logged_in(cluster.brokers[0].address, "alice") as client:
@@ -287,7 +297,7 @@ def test_removing_her_acl_refuses_her_again(cluster: SecureCluster) -> None:
                                            AclPermissionType.ALLOW)  # fmt: skip
     deleted = admin.delete_acls([everything_of_alice])[everything_of_alice].result(30)
     assert len(deleted) == 2  # the prefixed topic and group ALLOWs
-    took = took_effect_everywhere(cluster, lambda c: not describes_alice_group(c))
+    took = took_effect_everywhere(cluster, "alice", lambda c: not describes_alice_group(c))
     assert took <= WITHIN_S, f"the removal reached every broker after {took:.2f} s"
     assert [e.code() for e in produce(cluster.bootstrap, "alice", "alice-orders", 1)] == [
         KafkaError.TOPIC_AUTHORIZATION_FAILED
@@ -314,3 +324,174 @@ def test_the_super_user_does_everything(cluster: SecureCluster) -> None:
         future.result(30)
     for future in admin.delete_topics(["admin-scratch", "doomed"]).values():
         future.result(30)
+
+
+# -- narrow grants, request by request -------------------------------------------------------
+
+DAVE = "User:dave"
+
+
+def _acl(rtype: ResourceType, name: str, op: AclOperation) -> AclBinding:
+    return AclBinding(rtype, name, ResourcePatternType.LITERAL, DAVE, "*", op,
+                      AclPermissionType.ALLOW)  # fmt: skip
+
+
+def _leader(c: SecureCluster, topic: str) -> str:
+    """The address of the broker leading partition 0 of `topic` (once there is one)."""
+
+    def probe() -> int | None:
+        with logged_in(c.brokers[0].address, "admin") as a:
+            md = call(a, 3, 12, {**ALL_TOPICS, "topics": [{"name": topic, "topic_id": None}]})
+        parts = [p for p in md.topics[0].partitions if p.partition_index == 0]
+        return parts[0].leader_id if parts and parts[0].leader_id >= 0 else None
+
+    leader = wait_for(probe, 30, f"a leader for {topic}-0", c.logs)
+    return next(b.address for b in c.brokers if b.node_id == leader)
+
+
+def _coordinator(c: SecureCluster, group: str) -> str:
+    def probe() -> int | None:
+        with logged_in(c.brokers[0].address, "admin") as a:
+            found = call(a, 10, 4, {"key_type": 0, "coordinator_keys": [group]}).coordinators[0]
+        return found.node_id if found.error_code == 0 else None
+
+    node = wait_for(probe, 30, f"the coordinator of {group}", c.logs)
+    return next(b.address for b in c.brokers if b.node_id == node)
+
+
+def _bits(*ops: int) -> int:
+    return sum(1 << op for op in ops)
+
+
+def test_narrow_grants_answer_as_kafkas_handlers(cluster: SecureCluster) -> None:
+    admin = AdminClient(conf(cluster.bootstrap, "admin"))
+    for f in admin.create_topics([NewTopic("dave-w", 1, 2), NewTopic("dave-r", 1, 2)]).values():
+        f.result(30)
+    grants = [
+        _acl(ResourceType.TOPIC, "dave-w", AclOperation.WRITE),  # WRITE implies DESCRIBE
+        _acl(ResourceType.TOPIC, "dave-r", AclOperation.READ),  # so does READ
+        _acl(ResourceType.TOPIC, "dave-auto", AclOperation.DESCRIBE),
+        _acl(ResourceType.TOPIC, "dave-auto", AclOperation.CREATE),
+        _acl(ResourceType.TOPIC, "dave-nocreate", AclOperation.DESCRIBE),
+        _acl(ResourceType.GROUP, "dave-g", AclOperation.READ),
+    ]
+    for f in admin.create_acls(grants).values():
+        f.result(30)
+    # admin commits an offset of `t` (which dave may not describe) in dave's group.
+    with logged_in(_coordinator(cluster, "dave-g"), "admin") as a:
+        assert _commit(a, [("t", 0)]) == {("t", 0): 0}
+    took = took_effect_everywhere(cluster, "dave", lambda d: describes_group(d, "dave-g"))
+    assert took <= WITHIN_S, f"the grants reached every broker after {took:.2f} s"
+
+    with logged_in(_leader(cluster, "dave-w"), "dave") as d:
+        # One produce, two topics: the refused one does not stop the allowed one.
+        resp = d.call(0, 9, _two_topic_produce("dave-w", "t"))
+        assert {(t.name, t.partition_responses[0].error_code) for t in resp.responses} == {
+            ("dave-w", 0),
+            ("t", Errors.TOPIC_AUTHORIZATION_FAILED),
+        }
+        # WRITE is not READ.
+        assert _fetch_code(d, "dave-w") == Errors.TOPIC_AUTHORIZATION_FAILED
+        # An idempotent producer needs WRITE on some topic (KIP-679): he has one.
+        ids = {"transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1}
+        resp = call(d, 22, 4, {"transactional_id": None, **ids})
+        assert resp.error_code == 0 and resp.producer_id >= 0
+        flags = {"allow_auto_topic_creation": False, "include_topic_authorized_operations": True}
+        md = call(d, 3, 12, {"topics": [{"name": "dave-w", "topic_id": None}], **flags})
+        assert md.topics[0].topic_authorized_operations == _bits(
+            AclOperation.WRITE.value, AclOperation.DESCRIBE.value
+        )
+    with logged_in(_leader(cluster, "dave-r"), "dave") as d:
+        assert _fetch_code(d, "dave-r") == 0
+        parts = [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]
+        topics = [{"topic": n, "partitions": parts} for n in ("dave-r", "t")]
+        resp = call(d, 23, 4, {"replica_id": -1, "topics": topics})
+        assert {t.topic: t.partitions[0].error_code for t in resp.topics} == {
+            "dave-r": 0, "t": Errors.TOPIC_AUTHORIZATION_FAILED}  # fmt: skip
+
+    with logged_in(cluster.brokers[0].address, "dave") as d:
+        md = call(d, 3, 12, ALL_TOPICS)
+        assert {t.name for t in md.topics} == {"dave-w", "dave-r"}
+        named = [{"name": n, "topic_id": None} for n in ("dave-auto", "dave-nocreate")]
+        md = call(d, 3, 12, {"topics": named, "allow_auto_topic_creation": True,
+                             "include_topic_authorized_operations": False})  # fmt: skip
+        assert {(t.name, t.error_code) for t in md.topics} == {
+            ("dave-auto", Errors.LEADER_NOT_AVAILABLE),  # created: DESCRIBE and CREATE
+            ("dave-nocreate", Errors.TOPIC_AUTHORIZATION_FAILED),  # DESCRIBE only
+        }
+        # DeleteTopics by id: refused, and the name shown only where he may describe it.
+        ids = {t.name: t.topic_id for t in call(d, 3, 12, ALL_TOPICS).topics}
+        resp = call(d, 20, 6, {"topics": [{"name": None, "topic_id": ids["dave-r"]}],
+                               "timeout": 5000})  # fmt: skip
+        assert [(r.name, r.error_code) for r in resp.responses] == [
+            ("dave-r", Errors.TOPIC_AUTHORIZATION_FAILED)
+        ]
+    wait_for(lambda: "dave-auto" in view(cluster)["topics"], 30, "dave-auto", cluster.logs)
+
+    with logged_in(_coordinator(cluster, "dave-g"), "dave") as d:
+        assert _commit(d, [("dave-r", 0), ("dave-w", 0)]) == {
+            ("dave-r", 0): 0,
+            ("dave-w", 0): Errors.TOPIC_AUTHORIZATION_FAILED,  # WRITE is not READ
+        }
+        # All topics: `t`'s offset is hidden; asked by name: refused.
+        assert _fetched(d, None) == {("dave-r", 0): (0, 0)}
+        assert _fetched(d, ["t", "dave-r"]) == {
+            ("t", 0): (-1, Errors.TOPIC_AUTHORIZATION_FAILED),
+            ("dave-r", 0): (0, 0),
+        }
+        resp = call(d, 15, 5, {"groups": ["dave-g"], "include_authorized_operations": True})
+        assert resp.groups[0].authorized_operations == _bits(
+            AclOperation.READ.value, AclOperation.DESCRIBE.value
+        )
+        listed = call(d, 16, 5, {"states_filter": [], "types_filter": []})
+        assert [g.group_id for g in listed.groups] == ["dave-g"]
+
+
+def _two_topic_produce(*topics: str) -> Any:
+    data = [{"name": t, "partition_data": [{"index": 0, "records": batch(1)}]} for t in topics]
+    return request(0, 9, {"transactional_id": None, "acks": -1, "timeout": 5000,
+                          "topic_data": data})  # fmt: skip
+
+
+def _fetch_code(client: RawClient, topic: str) -> int:
+    part = {
+        "partition": 0,
+        "fetch_offset": 0,
+        "partition_max_bytes": 1 << 20,
+        "current_leader_epoch": -1,
+        "last_fetched_epoch": -1,
+        "log_start_offset": -1,
+    }
+    data = {"replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": topic, "partitions": [part]}], "forgotten_topics_data": [],
+            "rack_id": ""}  # fmt: skip
+    return call(client, 1, 12, data).responses[0].partitions[0].error_code
+
+
+def _commit(client: RawClient, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """A commit outside any generation (as a standalone consumer does) in dave-g."""
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for t, p in tps:
+        topics.setdefault(t, []).append(
+            {
+                "partition_index": p,
+                "committed_offset": 0,
+                "committed_leader_epoch": -1,
+                "committed_metadata": "",
+            }
+        )
+    data = {"group_id": "dave-g", "generation_id_or_member_epoch": -1, "member_id": "",
+            "group_instance_id": None,
+            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}  # fmt: skip
+    resp = call(client, 8, 9, data)
+    return {(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}
+
+
+def _fetched(client: RawClient, topics: list[str] | None) -> dict[tuple[str, int], Any]:
+    wanted = None if topics is None else [{"name": t, "partition_indexes": [0]} for t in topics]
+    group = {"group_id": "dave-g", "member_id": None, "member_epoch": -1, "topics": wanted}
+    g = call(client, 9, 9, {"groups": [group], "require_stable": False}).groups[0]
+    assert g.error_code == 0
+    return {(t.name, p.partition_index): (p.committed_offset, p.error_code)
+            for t in g.topics for p in t.partitions}  # fmt: skip
