@@ -148,6 +148,7 @@ def confluent_roundtrip(bootstrap: str, conf: dict[str, str], topic: str, n: int
     for v in values("ck", n):
         producer.produce(topic, value=v, on_delivery=lambda err, _m: err and errors.append(err))
     assert producer.flush(TIMEOUT_S) == 0 and errors == []
+    del producer  # destroyed now, not whenever: no reconnects after the test
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": f"{topic}-ck", **conf,
          "enable.auto.commit": False}
