@@ -28,7 +28,7 @@ from common.scram import ScramMechanism, salted_password, server_key, stored_key
 from common.tls import client_context, server_context
 from metadata_log.image import ScramCredential
 from tests.harness.fake_broker import BrokerThread
-from tests.harness.raw_protocol import decode_response, encode_request, request
+from tests.harness.raw_protocol import RawClient, decode_response, encode_request, request
 from tests.security.secure_cluster import (
     aiokafka_config,
     aiokafka_roundtrip,
@@ -200,3 +200,19 @@ def test_the_inter_broker_client_logs_in(broker: BrokerThread, certs: Any, mecha
     with pytest.raises(SaslLoginError, match="error 58") as info:
         asyncio.run(login("guess"))
     assert "guess" not in str(info.value)
+
+
+def test_sasl_requests_on_a_listener_without_sasl_are_illegal(tmp_path: Any) -> None:
+    plain = BrokerThread(tmp_path)
+    c = RawClient(plain.host, plain.port)
+    try:
+        shake = c.call(ApiKey.SASL_HANDSHAKE, 1,
+                       request(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}))  # fmt: skip
+        assert shake.error_code == Errors.ILLEGAL_SASL_STATE and list(shake.mechanisms) == []
+        login = c.call(ApiKey.SASL_AUTHENTICATE, 0,
+                       request(ApiKey.SASL_AUTHENTICATE, 0, {"auth_bytes": b"\0a\0b"}))  # fmt: skip
+        assert login.error_code == Errors.ILLEGAL_SASL_STATE
+        assert c.call(ApiKey.METADATA, 1, request(ApiKey.METADATA, 1, {"topics": None})).brokers
+    finally:
+        c.close()
+        plain.stop()
