@@ -14,9 +14,11 @@ they are), or None when no response is due (Produce with acks=0). It raises
 
 `KafkaApis` is the `BrokerApis` the handlers see: the replica manager, the group
 coordinator and the admin facade, which they call directly. The handlers live by area:
-the data path in `apis_data`, metadata and admin in `apis_admin`, groups in `apis_group`
-and `apis_group_admin`; each exports its rows (`API_HANDLERS`: versions and handler
-together), and the versions advertised in ApiVersions are built from those rows only.
+the data path in `apis_data`, metadata in `apis_metadata`, admin in `apis_admin`, groups
+in `apis_group` and `apis_group_admin`, ACLs and SCRAM credentials in `apis_acls`, the
+SASL APIs' post-login answers in `apis_sasl`; each exports its rows (`API_HANDLERS`:
+versions and handler together), and the versions advertised in ApiVersions are built
+from those rows only.
 
 Versions: floors follow Kafka 4.x (which dropped the pre-2.1 versions, KIP-896) and what
 kio has; ceilings are where our handlers stop and where today's clients (confluent-kafka
@@ -31,7 +33,15 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from broker import apis_admin, apis_data, apis_group, apis_group_admin, apis_sasl
+from broker import (
+    apis_acls,
+    apis_admin,
+    apis_data,
+    apis_group,
+    apis_group_admin,
+    apis_metadata,
+    apis_sasl,
+)
 from broker.apis_common import ApiHandler, BrokerApis, CloseConnection, Response
 from broker.codec import (
     RequestHeader,
@@ -43,6 +53,7 @@ from broker.codec import (
 )
 from broker.codec_schema import topic_uuid
 from broker.security.session import current_session
+from common.acl import AclOperation, ResourceType
 from common.api_keys import ApiKey
 from common.errors import Errors
 
@@ -50,6 +61,7 @@ if TYPE_CHECKING:
     from broker.admin import Admin
     from broker.group.manager import GroupCoordinator
     from broker.replica_manager import ReplicaManager
+    from broker.security.authorizer import StandardAuthorizer
     from metadata_log.image import MetadataImage
 
 log = logging.getLogger(__name__)
@@ -72,12 +84,15 @@ class KafkaApis:
         groups: GroupCoordinator,
         admin: Admin,
         advertised: Mapping[str, tuple[str, int]] | None = None,
+        *,
+        authorizer: StandardAuthorizer | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.cluster_id = cluster_id
         self.replica_manager = replica_manager
         self.groups = groups
         self.admin = admin
+        self.authorizer = authorizer  # None: authorization off, everything allowed
         # Our own (host, port) by listener name, as configured (the image may lag).
         self._advertised = dict(advertised or {})
         self._uuid_cache: tuple[object, dict[Any, str]] | None = None
@@ -127,6 +142,24 @@ class KafkaApis:
         ep = b.endpoint(listener)
         return None if ep is None else (ep.host, ep.port)
 
+    # -- BrokerApis: authorization -------------------------------------------------------------
+
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """May the current session do `operation` on the resource? True when off."""
+        authorizer = self.authorizer
+        if authorizer is None:
+            return True
+        s = current_session()
+        return authorizer.authorize(s.principal, s.client_host, operation, resource_type, name)
+
+    def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """May the current session do `operation` on some resource of the type?"""
+        authorizer = self.authorizer
+        if authorizer is None:
+            return True
+        s = current_session()
+        return authorizer.authorize_any(s.principal, s.client_host, operation, resource_type)
+
     def topic_name_by_id(self, topic_id: Any) -> str | None:
         """Topic name for a UUID (Fetch v13, DeleteTopics v6), cached per image."""
         image = self.image()
@@ -174,7 +207,9 @@ def _by_key(*tables: tuple[ApiHandler, ...]) -> dict[int, ApiHandler]:
 
 
 HANDLERS = _by_key(
+    apis_acls.API_HANDLERS,
     apis_data.API_HANDLERS,
+    apis_metadata.API_HANDLERS,
     apis_admin.API_HANDLERS,
     apis_group.API_HANDLERS,
     apis_group_admin.API_HANDLERS,

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.group.config import GroupConfig
+from broker.security.authorizer import STANDARD_AUTHORIZER, parse_super_users
 from broker.security.listener_security import (
     SECURITY_PROTOCOLS,
     InterBrokerClientSecurity,
@@ -98,7 +99,14 @@ DEFAULTS: dict[str, str | None] = {
     "group.max.session.timeout.ms": "1800000",
     "group.initial.rebalance.delay.ms": "3000",
     "group.max.size": "2147483647",
+    # Authorization: off while authorizer.class.name is empty.
+    "authorizer.class.name": "",
+    "super.users": None,
+    "allow.everyone.if.no.acl.found": "false",
 }
+# The authorizer class names that turn authorization on (ours has StandardAuthorizer's
+# semantics; AclAuthorizer is the ZooKeeper-era name older configs carry).
+AUTHORIZER_CLASS_NAMES = (STANDARD_AUTHORIZER, "kafka.security.authorizer.AclAuthorizer")
 
 
 @dataclass(frozen=True)
@@ -150,6 +158,9 @@ class BrokerConfig:
     connections_max_idle_ms: int = 600000
     failed_authentication_delay_ms: int = 100
     sasl_server_max_receive_size: int = 524288  # frames before a SASL login completes
+    authorizer_enabled: bool = False  # authorizer.class.name is set
+    super_users: frozenset[str] = frozenset()  # super.users: "User:a;User:b"
+    allow_everyone_if_no_acl_found: bool = False
     # The properties as given (after overrides), for DescribeConfigs.
     properties: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -364,8 +375,32 @@ def from_properties(values: Mapping[str, str]) -> BrokerConfig:
             "connection.failed.authentication.delay.ms", min=0
         ),
         sasl_server_max_receive_size=props.get_int("sasl.server.max.receive.size", min=64),
+        authorizer_enabled=_authorizer_enabled(props),
+        super_users=_super_users(props),
+        allow_everyone_if_no_acl_found=props.get_bool("allow.everyone.if.no.acl.found"),
         properties=props.values,
     )
+
+
+def _authorizer_enabled(props: Properties) -> bool:
+    name = props.get_string("authorizer.class.name") or ""
+    if name and name not in AUTHORIZER_CLASS_NAMES:
+        raise ConfigError(
+            f"authorizer.class.name: {name!r} is not supported; use "
+            f"{AUTHORIZER_CLASS_NAMES[0]} (or leave it empty for no authorization)"
+        )
+    return bool(name)
+
+
+def _super_users(props: Properties) -> frozenset[str]:
+    """`super.users`: principals separated by semicolons, each `Type:name`."""
+    users = parse_super_users(props.get_string("super.users"))
+    for user in users:
+        if ":" not in user:
+            raise ConfigError(
+                f"super.users: expected principals as Type:name (e.g. User:admin), got {user!r}"
+            )
+    return users
 
 
 def _group_config(props: Properties) -> GroupConfig:

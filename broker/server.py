@@ -30,8 +30,10 @@ from broker.lifecycle import BrokerLifecycleManager
 from broker.metadata_loader import MetadataLoader
 from broker.network import KafkaServer
 from broker.replica_manager import ReplicaManager
+from broker.security.authorizer import StandardAuthorizer
 from broker.security.sasl_server import SaslServerFactory
 from common.clock import SYSTEM_CLOCK, Clock
+from common.controller_plane import plane_client
 from common.scram import ScramMechanism
 from metadata_log.image import ScramCredential
 from metadata_log.records import Endpoint
@@ -52,6 +54,8 @@ class BrokerServer:
             list(config.controller_endpoints.values()),
             request_timeout_ms=config.request_timeout_ms,
             clock=clock,
+            # https and the token per the controller listener's settings (ConfigError if bad)
+            security=plane_client(config.properties),
         )
         self.lifecycle = BrokerLifecycleManager(
             self.channel,
@@ -102,11 +106,18 @@ class BrokerServer:
             config.offsets_commit_timeout_ms,
             clock=clock,
         )
+        # None: authorization off (authorizer.class.name unset), everything allowed.
+        self.authorizer = (
+            StandardAuthorizer(config.super_users, config.allow_everyone_if_no_acl_found)
+            if config.authorizer_enabled
+            else None
+        )
         # Who sees each applied metadata batch, in this order (one line per publisher).
         self.loader.publishers += [
             self.replica_manager,  # first: the others read the replicas it made or dropped
+            *([self.authorizer] if self.authorizer is not None else []),  # the ACL bindings
             self.groups,  # loads or drops the groups of the offsets partitions we lead
-            # (to come: the authorizer, dynamic configs, SCRAM credentials)
+            # (to come: dynamic configs)
             self.lifecycle,  # last: "caught up" must mean every publisher above applied it
         ]
         self.apis = KafkaApis(
@@ -116,6 +127,7 @@ class BrokerServer:
             self.groups,
             self.admin,
             {x.name: (x.host, x.port) for x in config.advertised_listeners},
+            authorizer=self.authorizer,
         )
         self.listeners: list[KafkaServer] = []
         self._stop_tasks = asyncio.Event()

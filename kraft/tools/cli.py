@@ -1,8 +1,11 @@
 """The `kraft` command line.
 
 `dev` (a local cluster), `controller`, `broker`, `topics`, `produce`, `consume`
-(kafka-topics and the console producer/consumer, over the Kafka protocol), `metadata`
-(like kafka-metadata-shell) and `dump-log` (like kafka-dump-log).
+(kafka-topics and the console producer/consumer, over the Kafka protocol), `groups`
+(kafka-consumer-groups), `acls` (kafka-acls), `configs` (kafka-configs for SCRAM
+users), `metadata` (like kafka-metadata-shell) and `dump-log` (like kafka-dump-log).
+Every client command takes `--command-config client.properties` (kraft/tools/
+client_config.py).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kraft.tools import client_cli, dump_log, groups_cli, metadata_cli
+from kraft.tools import acls_cli, client_cli, configs_cli, dump_log, groups_cli, metadata_cli
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     metadata_cli.add_parser(sub)
     client_cli.add_parsers(sub)
     groups_cli.add_parser(sub)
+    acls_cli.add_parser(sub)
+    configs_cli.add_parser(sub)
     # `dev` and `broker` parse their own options (see kraft/tools/dev.py, broker/main.py).
     sub.add_parser("dev", help="run a local cluster (3 controllers, 3 brokers)", add_help=False)
     sub.add_parser("broker", help="run a Kafka-protocol broker", add_help=False)
@@ -48,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         return client_cli.run(args)
     if args.command in groups_cli.COMMANDS:
         return groups_cli.run(args)
+    if args.command in acls_cli.COMMANDS:
+        return acls_cli.run(args)
+    if args.command in configs_cli.COMMANDS:
+        return configs_cli.run(args)
     # The one command left: `controller`.
     from kraft import controller_main  # imported late: it pulls in pysyncobj and aiohttp
 

@@ -16,6 +16,9 @@ import time
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from common.properties import ConfigError
+from kraft.tools.client_config import load_command_config
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TIMEOUT_MS = 15_000
 COMMANDS = ("topics", "produce", "consume")
@@ -26,15 +29,37 @@ class CliError(Exception):
 
 
 def bootstrap_parser() -> argparse.ArgumentParser:
-    """The `--bootstrap-server` option every client command shares (a parent parser)."""
+    """The connection options every client command shares (a parent parser):
+    `--bootstrap-server` and `--command-config`."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--bootstrap-server",
-        default=DEFAULT_BOOTSTRAP,
         metavar="HOST:PORT[,...]",
-        help=f"brokers to connect to (default {DEFAULT_BOOTSTRAP})",
+        help=f"brokers to connect to (default: bootstrap.servers of --command-config, "
+        f"else {DEFAULT_BOOTSTRAP})",
+    )
+    common.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="a Java client's properties (security.protocol, sasl.mechanism, "
+        "sasl.jaas.config, ssl.truststore.*, ssl.keystore.*, ...), as Kafka's tools take",
     )
     return common
+
+
+def resolve_connection(args: argparse.Namespace) -> None:
+    """Read `--command-config` into `args.client_settings` (librdkafka settings) and settle
+    `args.bootstrap_server`: the option, else the file's bootstrap.servers, else the
+    default. Call it first in a command (a bad file is a CliError)."""
+    settings: dict[str, str] = {}
+    if args.command_config:
+        try:
+            settings = load_command_config(args.command_config)
+        except ConfigError as exc:
+            raise CliError(str(exc)) from None
+    from_file = settings.pop("bootstrap.servers", None)
+    args.bootstrap_server = args.bootstrap_server or from_file or DEFAULT_BOOTSTRAP
+    args.client_settings = settings
 
 
 def timeout_parser() -> argparse.ArgumentParser:
@@ -141,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
     name = args.command if args.command != "topics" else f"topics {args.topics_command}"
 
     def action() -> int:
+        resolve_connection(args)
         if args.command == "topics":
             return _topics(args)
         if args.command == "produce":
@@ -200,18 +226,33 @@ def _describe_error(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-def _client_conf(bootstrap: str, **extra: Any) -> dict[str, Any]:
+# The last authentication or TLS failure librdkafka reported: a request that then times
+# out says why the brokers could not be reached.
+_connection_failures: list[str] = []
+
+
+def _client_conf(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+    """librdkafka settings: --command-config's, the bootstrap servers, then `extra`."""
     from confluent_kafka import KafkaError
 
     def on_error(err: KafkaError) -> None:  # librdkafka would print these itself
-        del err
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+            _connection_failures[:] = [f"{err.str()} ({err.name()})"]
 
     return {
-        "bootstrap.servers": bootstrap,
+        **args.client_settings,
+        "bootstrap.servers": args.bootstrap_server,
         "log_level": 0,  # no librdkafka log lines on stderr: errors are reported once
         "error_cb": on_error,
         **extra,
     }
+
+
+def unreachable(bootstrap: str, why: str) -> CliError:
+    """`cannot reach <bootstrap>: <why>`, with the authentication or TLS failure behind it
+    if librdkafka reported one."""
+    cause = f"; {_connection_failures[-1]}" if _connection_failures else ""
+    return CliError(f"cannot reach {bootstrap}: {why}{cause}")
 
 
 def _topic_metadata(client: Any, bootstrap: str, topic: str, timeout_s: float) -> Any:
@@ -225,11 +266,14 @@ def _topic_metadata(client: Any, bootstrap: str, topic: str, timeout_s: float) -
         try:
             md = client.list_topics(topic, timeout=remaining)
         except KafkaException as exc:
-            raise CliError(f"cannot reach {bootstrap}: {_describe_error(exc)}") from None
+            raise unreachable(bootstrap, _describe_error(exc)) from None
         t = md.topics.get(topic)
         err = t.error if t is not None else None
         if t is None or (err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
             raise CliError(f"topic '{topic}' does not exist")
+        if err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            # Waiting will not change it: an ACL has to be added first.
+            raise CliError(f"topic '{topic}': {err.str()} ({err.name()})")
         ready = err is None and t.partitions and all(p.leader >= 0 for p in t.partitions.values())
         if ready:
             return t
@@ -246,7 +290,7 @@ def _topics(args: argparse.Namespace) -> int:
     from confluent_kafka.admin import AdminClient
 
     timeout_s = args.timeout_ms / 1000
-    admin = AdminClient(_client_conf(args.bootstrap_server))
+    admin = AdminClient(_client_conf(args))
     cmd = args.topics_command
     if cmd == "create":
         return _topics_create(admin, args, timeout_s)
@@ -276,7 +320,7 @@ def _cluster_metadata(admin: Any, bootstrap: str, timeout_s: float) -> Any:
     try:
         return admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
-        raise CliError(f"cannot reach {bootstrap}: {_describe_error(exc)}") from None
+        raise unreachable(bootstrap, _describe_error(exc)) from None
 
 
 def _print_topic(t: Any) -> None:
@@ -333,7 +377,7 @@ def _wait_future(fut: Any, bootstrap: str, timeout_s: float) -> None:
         err = exc.args[0] if exc.args else None
         transport = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN)
         if err is not None and hasattr(err, "code") and err.code() in transport:
-            raise CliError(f"cannot reach {bootstrap}: {_describe_error(exc)}") from None
+            raise unreachable(bootstrap, _describe_error(exc)) from None
         raise CliError(_describe_error(exc)) from None
 
 
@@ -348,7 +392,7 @@ def _produce(args: argparse.Namespace, stdin: BinaryIO) -> int:
     sep = _separator(props).encode()
     acks = "all" if args.acks == "-1" else args.acks
     conf = _client_conf(
-        args.bootstrap_server,
+        args,
         acks=acks,
         **{"message.timeout.ms": args.timeout_ms, "linger.ms": 5},
     )
@@ -429,7 +473,7 @@ def _consume(args: argparse.Namespace, out: BinaryIO) -> int:
     if args.max_messages is not None and args.max_messages <= 0:
         return 0
     conf = _client_conf(
-        args.bootstrap_server,
+        args,
         **{
             "group.id": "kraft-console-consumer",  # required by the client; never joined
             "enable.auto.commit": False,

@@ -22,8 +22,10 @@ from kraft.tools.client_cli import (
     _cluster_metadata,
     _wait_future,
     bootstrap_parser,
+    resolve_connection,
     run_reporting,
     timeout_parser,
+    unreachable,
 )
 
 COMMANDS = ("groups",)
@@ -93,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
     """Run a parsed `groups` command; return the exit status."""
 
     def action() -> int:
-        admin = _Admin(args.bootstrap_server, args.timeout_ms / 1000)
+        resolve_connection(args)
+        admin = _Admin(args)
         if args.groups_command == "list":
             return _list(admin, args)
         if args.groups_command == "describe":
@@ -108,12 +111,12 @@ def run(args: argparse.Namespace) -> int:
 class _Admin:
     """An AdminClient and the deadline of every call made through it."""
 
-    def __init__(self, bootstrap: str, timeout_s: float) -> None:
+    def __init__(self, args: argparse.Namespace) -> None:
         from confluent_kafka.admin import AdminClient
 
-        self.bootstrap = bootstrap
-        self.timeout_s = timeout_s
-        self.client = AdminClient(_client_conf(bootstrap))
+        self.bootstrap = args.bootstrap_server
+        self.timeout_s = args.timeout_ms / 1000
+        self.client = AdminClient(_client_conf(args))
 
     def get(self, fut: Any) -> Any:
         """The future's result, or CliError (`cannot reach ...` when no broker answers)."""
@@ -228,7 +231,7 @@ def _list(admin: _Admin, args: argparse.Namespace) -> int:
         text = f"{e.str()} ({e.name()})" if hasattr(e, "str") else str(e)
         transport = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN)
         if codes[0] in transport:
-            raise CliError(f"cannot reach {admin.bootstrap}: {text}")
+            raise unreachable(admin.bootstrap, text)
         raise CliError(f"listing groups failed: {text}")
     listed = sorted(res.valid, key=lambda g: g.group_id)
     if args.state is not None:

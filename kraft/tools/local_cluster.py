@@ -11,6 +11,11 @@ each node its own process (kraft/tools/launcher.py). The one path `kraft dev`, t
 Node ids: controllers 1..C, brokers C+1..C+B (KRaft wants node ids unique across roles).
 Directories: `<data_dir>/controller-<id>/` and `broker-<id>/`. `cluster.json` (ids,
 roles, ports, pids, dirs) describes the cluster, so `load_cluster` finds it again.
+
+A secured cluster (`plan_cluster(..., secure=True)`; what it is: kraft/tools/
+local_security.py) gives each broker a second, inter-broker listener port, gets its
+certificates and secrets in `write_configs`, and in `start_cluster` also creates its SCRAM
+user and writes `client.properties` and `admin.properties` to the data dir.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import socket
 import sys
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +44,22 @@ from kraft.tools.launcher import (
     wait_for_active,
     wait_until,
 )
+from kraft.tools.local_security import (
+    INTERNAL_LISTENER,
+    SECRETS_FILE,
+    SECURITY_DIR,
+    Security,
+    broker_properties,
+    controller_properties,
+    create_user,
+    load_or_create,
+    write_client_configs,
+)
 
 CLUSTER_JSON = "cluster.json"
+# Ports from a base port N: brokers N.., controller HTTP N+100.., Raft N+200.., and a
+# secured cluster's inter-broker listeners N+300...
+_HTTP_OFFSET, _RAFT_OFFSET, _INTERNAL_OFFSET = 100, 200, 300
 
 
 @dataclass
@@ -49,6 +68,10 @@ class Cluster:
     cluster_id: str
     controllers: list[NodeProcess]
     brokers: list[NodeProcess]
+    secure: bool = False
+    internal_ports: dict[int, int] = field(default_factory=dict)  # broker id -> port
+    # A secured cluster's material, from write_configs.
+    security: Security | None = field(default=None, repr=False)
 
     @property
     def nodes(self) -> list[NodeProcess]:
@@ -70,6 +93,8 @@ class Cluster:
                 ports = {"http_port": n.port, "raft_port": n.raft_port}
             else:
                 ports = {"port": n.port}
+                if n.node_id in self.internal_ports:
+                    ports["internal_port"] = self.internal_ports[n.node_id]
             nodes.append(
                 {
                     "id": n.node_id,
@@ -82,6 +107,7 @@ class Cluster:
             )
         return {
             "cluster_id": self.cluster_id,
+            "secure": self.secure,
             "bootstrap_servers": self.bootstrap_servers,
             "controller_http_endpoints": self.http_endpoints,
             "nodes": nodes,
@@ -107,25 +133,31 @@ def plan_cluster(
     *,
     host: str = DEFAULT_HOST,
     python: str = sys.executable,
+    secure: bool = False,
 ) -> Cluster:
     """Ids, ports and directories; starts and writes nothing. Ports (base N): brokers N,
-    N+1, ...; controller HTTP APIs N+100, ...; Raft N+200, ...; base 0 picks free ports."""
+    N+1, ...; controller HTTP APIs N+100, ...; Raft N+200, ...; with `secure`, the
+    brokers' inter-broker listeners N+300, ...; base 0 picks free ports."""
     if n_controllers < 1 or n_brokers < 0:
         raise LauncherError("need at least one controller")
     data_dir = Path(data_dir).resolve()
+    n_internal = n_brokers if secure else 0
     if base_port:
         broker_ports = [base_port + i for i in range(n_brokers)]
-        http_ports = [base_port + 100 + j for j in range(n_controllers)]
-        raft_ports = [base_port + 200 + j for j in range(n_controllers)]
-        if max(raft_ports) > 65535:
+        http_ports = [base_port + _HTTP_OFFSET + j for j in range(n_controllers)]
+        raft_ports = [base_port + _RAFT_OFFSET + j for j in range(n_controllers)]
+        internal_ports = [base_port + _INTERNAL_OFFSET + i for i in range(n_internal)]
+        if max([*raft_ports, *internal_ports]) > 65535:
             raise LauncherError(
                 f"--base-port {base_port} leaves no room for {n_controllers} controllers"
+                + (f" and {n_brokers} brokers" if secure else "")
             )
     else:
-        ports = free_ports(n_brokers + 2 * n_controllers, host)
+        ports = free_ports(n_brokers + 2 * n_controllers + n_internal, host)
         broker_ports = ports[:n_brokers]
         http_ports = ports[n_brokers : n_brokers + n_controllers]
-        raft_ports = ports[n_brokers + n_controllers :]
+        raft_ports = ports[n_brokers + n_controllers : n_brokers + 2 * n_controllers]
+        internal_ports = ports[n_brokers + 2 * n_controllers :]
     controllers = [
         NodeProcess(
             "controller", j + 1, host, http_ports[j], data_dir / f"controller-{j + 1}",
@@ -140,7 +172,8 @@ def plan_cluster(
         )
         for i in range(n_brokers)
     ]  # fmt: skip
-    return Cluster(data_dir, _cluster_id(), controllers, brokers)
+    internal = {b.node_id: port for b, port in zip(brokers, internal_ports, strict=False)}
+    return Cluster(data_dir, _cluster_id(), controllers, brokers, secure, internal)
 
 
 def load_cluster(data_dir: Path) -> Cluster | None:
@@ -157,11 +190,14 @@ def load_cluster(data_dir: Path) -> Cluster | None:
             )
             for n in desc["nodes"]
         ]  # fmt: skip
+        internal = {n["id"]: n["internal_port"] for n in desc["nodes"] if "internal_port" in n}
         return Cluster(
             data_dir,
             desc["cluster_id"],
             [n for n in nodes if n.role == "controller"],
             [n for n in nodes if n.role == "broker"],
+            bool(desc.get("secure", False)),
+            internal,
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise LauncherError(f"{path} is not a kraft dev cluster file: {exc!r}") from None
@@ -177,15 +213,21 @@ def _cluster_from_properties(data_dir: Path) -> Cluster | None:
         host, raft = props.get_node_addresses("controller.quorum.voters")[node]
         _, http = props.get_node_addresses("controller.quorum.http.endpoints")[node]
         controllers.append(NodeProcess("controller", node, host, http, path.parent, raft))
+    internal: dict[int, int] = {}
     for path in sorted(data_dir.glob("broker-*/broker.properties")):
         props = Properties(read_properties(path))
-        _, host, port = props.get_listeners("listeners")[0]
-        brokers.append(NodeProcess("broker", props.get_int("node.id", min=0), host, port,
-                                   path.parent))  # fmt: skip
+        listeners = props.get_listeners("listeners")
+        _, host, port = listeners[0]
+        node = props.get_int("node.id", min=0)
+        brokers.append(NodeProcess("broker", node, host, port, path.parent))
+        for name, _, internal_port in listeners:
+            if name == INTERNAL_LISTENER:
+                internal[node] = internal_port
         cluster_id = cluster_id or props.get_string("cluster.id")
     if not controllers or not brokers:
         return None
-    return Cluster(data_dir, cluster_id or _cluster_id(), controllers, brokers)
+    secure = (data_dir / SECURITY_DIR / SECRETS_FILE).exists()
+    return Cluster(data_dir, cluster_id or _cluster_id(), controllers, brokers, secure, internal)
 
 
 def write_configs(
@@ -198,7 +240,12 @@ def write_configs(
     """Every node's properties file; `controller_props` and `broker_props` are added to
     (or override) each file. A controller whose file exists keeps the properties in it
     that we do not set, and its password: its Raft peers must agree on it. A cluster with
-    brokers creates 3 partitions with up to 3 replicas by default."""
+    brokers creates 3 partitions with up to 3 replicas by default. A secured cluster gets
+    its certificates and secrets here (new, or those already in the data dir)."""
+    secured: dict[str, str] = {}
+    if cluster.secure:
+        cluster.security = load_or_create(cluster.data_dir)
+        secured = controller_properties(cluster.security)
     existing: dict[int, dict[str, str]] = {
         c.node_id: read_properties(c.properties_path)
         for c in cluster.controllers
@@ -225,9 +272,13 @@ def write_configs(
             "metadata.log.dir": str(c.data_dir / "metadata"),
             "controller.quorum.password": password,
             **defaults,
+            **secured,
             **(controller_props or {}),
         })  # fmt: skip
     for b in cluster.brokers:
+        if cluster.security is not None:
+            port = cluster.internal_ports[b.node_id]
+            secured = broker_properties(cluster.security, b.host, b.port, port)
         b.write_properties({
             "process.roles": "broker",
             "node.id": str(b.node_id),
@@ -237,6 +288,7 @@ def write_configs(
             "cluster.id": cluster.cluster_id,
             **defaults,
             "min.insync.replicas": "1",
+            **secured,
             **(broker_props or {}),
         })  # fmt: skip
 
@@ -244,6 +296,11 @@ def write_configs(
 def check_ports_free(cluster: Cluster) -> None:
     taken = []
     ports = [(b.host, b.port) for b in cluster.brokers]
+    ports += [
+        (b.host, cluster.internal_ports[b.node_id])
+        for b in cluster.brokers
+        if b.node_id in cluster.internal_ports
+    ]
     ports += [(c.host, p) for c in cluster.controllers for p in (c.port, c.raft_port)]
     for host, port in ports:
         with socket.socket() as s:
@@ -264,7 +321,8 @@ def check_ports_free(cluster: Cluster) -> None:
 
 def start_cluster(cluster: Cluster, timeout_s: float = 60.0) -> NodeProcess:
     """Start the controllers, wait for an active one and the cluster state, then start
-    the brokers and wait until each has registered in this run and is unfenced. Returns
+    the brokers and wait until each has registered in this run and is unfenced; a
+    secured cluster's SCRAM user is then made, and its client configs written. Returns
     the active controller. On failure the caller stops what was started (stop_cluster)."""
     for c in cluster.controllers:
         c.start()
@@ -284,6 +342,9 @@ def start_cluster(cluster: Cluster, timeout_s: float = 60.0) -> NodeProcess:
         return state if state and wanted <= unfenced_brokers(state, baseline) else None
 
     wait_until(cluster.nodes, timeout_s, "all brokers to be unfenced", unfenced)
+    if cluster.security is not None:
+        create_user(cluster.security, [b.address for b in cluster.brokers], timeout_s)
+        write_client_configs(cluster.security, cluster.data_dir, cluster.bootstrap_servers)
     return active
 
 
@@ -314,5 +375,3 @@ def start_controllers(
         stop_nodes(cluster.controllers)
         raise
     return cluster.controllers
-
-

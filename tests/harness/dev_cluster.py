@@ -1,5 +1,6 @@
 """`kraft dev` as a subprocess (3 controllers, 3 brokers on free ports): its output read
-line by line, its nodes' pids from cluster.json, and a restartable `Cluster` of it.
+line by line, its nodes' pids from cluster.json, and a restartable `Cluster` of it
+(`secure=True`: `kraft dev --secure`, with the client configs it prints).
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ READY = "all brokers unfenced"
 class DevProcess:
     """`python -m kraft.tools.cli dev` with its output read line by line in a thread."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *extra: str) -> None:
         self.data_dir = data_dir
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kraft.tools.cli", "dev", "--data-dir", str(data_dir),
-             "--base-port", "0", "--timeout", "60"],
+             "--base-port", "0", "--timeout", "60", *extra],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -78,6 +79,11 @@ class DevProcess:
                 os.kill(pid, signal.SIGKILL)
 
 
+def _path_after(line: str) -> Path:
+    """The path in `  client config: /path (...)`."""
+    return Path(line.split(":", 1)[1].split()[0])
+
+
 def cluster_json(data_dir: Path) -> dict[str, Any]:
     return json.loads((data_dir / "cluster.json").read_text())
 
@@ -111,20 +117,28 @@ def wait_until(cond: Any, timeout_s: float, what: str) -> None:
 
 
 class Cluster:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, *, secure: bool = False) -> None:
         self.data = tmp / "data"
+        self.secure = secure
         self.procs: list[DevProcess] = []
         self.bootstrap = ""
+        # A secured cluster's client configs (`--command-config` files), as it prints them.
+        self.client_config: Path | None = None
+        self.admin_config: Path | None = None
 
     @property
     def current(self) -> DevProcess:
         return self.procs[-1]
 
     def start(self) -> None:
-        dev = DevProcess(self.data)
+        dev = DevProcess(self.data, *(["--secure"] if self.secure else []))
         self.procs.append(dev)
-        dev.wait_for_line(READY, 90)
+        dev.wait_for_line(READY, 120 if self.secure else 90)
         self.bootstrap = dev.wait_for_line("bootstrap servers:", 5).split(":", 1)[1].strip()
+        if self.secure:
+            self.client_config = _path_after(dev.wait_for_line("client config:", 5))
+            self.admin_config = _path_after(dev.wait_for_line("admin config:", 5))
+            dev.wait_for_line("ready:", 5)
 
     def stop(self, timeout_s: float = 45) -> None:
         t0 = time.monotonic()
