@@ -3,10 +3,6 @@ with AlterUserScramCredentials (KIP-554) through the admin client, as a user wou
 confluent-kafka, kafka-python, aiokafka and kcat log in with it, produce and consume.
 The brokers replicate over an inter-broker SASL_SSL listener (PLAIN, the brokers' own
 JAAS login), with `min.insync.replicas=3`. A wrong password fails with the SCRAM error.
-
-AlterUserScramCredentials is served by the broker once the SCRAM credential management
-(another part of issue 13) is merged; until then the SCRAM tests are skipped, and only
-PLAIN over the SASL_SSL inter-broker listener runs.
 """
 
 from __future__ import annotations
@@ -17,8 +13,6 @@ from typing import Any
 
 import pytest
 
-from broker.apis import SUPPORTED_VERSIONS
-from common.api_keys import ApiKey
 from tests.harness.cluster_procs import wait_for
 from tests.security.secure_cluster import (
     BROKER_PASSWORD,
@@ -34,11 +28,6 @@ from tests.security.secure_cluster import (
     plain_jaas,
     tls_server_props,
     values,
-)
-
-needs_scram_management = pytest.mark.skipif(
-    ApiKey.ALTER_USER_SCRAM_CREDENTIALS not in SUPPORTED_VERSIONS,
-    reason="AlterUserScramCredentials is not served yet (SCRAM credential management)",
 )
 
 USER, PASSWORD = "erin", "erin-scram-secret"
@@ -122,7 +111,6 @@ def scram_user(cluster: SecureCluster, certs: Any) -> str:
     return USER
 
 
-@needs_scram_management
 @pytest.mark.parametrize("client", list(ROUNDTRIPS))
 def test_produce_and_consume_with_scram_sha_512_over_sasl_ssl(
     cluster: SecureCluster, certs: Any, scram_user: str, client: str
@@ -135,7 +123,6 @@ def test_produce_and_consume_with_scram_sha_512_over_sasl_ssl(
     assert parts and all(sorted(p["isr"]) == sorted(p["replicas"]) for p in parts.values())
 
 
-@needs_scram_management
 def test_a_wrong_scram_password_fails(cluster: SecureCluster, certs: Any, scram_user: str) -> None:
     from confluent_kafka import KafkaError, Producer
 
