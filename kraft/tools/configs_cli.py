@@ -27,6 +27,7 @@ from kraft.tools.client_cli import (
     _client_conf,
     _wait_future,
     bootstrap_parser,
+    require_cluster_describe,
     resolve_connection,
     run_reporting,
     timeout_parser,
@@ -185,6 +186,8 @@ class _Admin:
         out, as Kafka's tool does."""
         from confluent_kafka import KafkaError
 
+        # Asked first: librdkafka (2.16) aborts the process on the refusal's answer.
+        require_cluster_describe(self.client, self.bootstrap, self.timeout_s, "describing users")
         call = self.client.describe_user_scram_credentials
         if not users:
             found = self._get(call(request_timeout=self.timeout_s))
