@@ -47,6 +47,7 @@ from kraft.tools.client_cli import (
     resolve_connection,
     run_reporting,
     timeout_parser,
+    watched,
 )
 
 COMMANDS = ("acls",)
@@ -344,7 +345,7 @@ class _Admin:
 
         self.bootstrap = args.bootstrap_server
         self.timeout_s = args.timeout_ms / 1000
-        self.client = AdminClient(_client_conf(args))
+        self.client = watched(AdminClient(_client_conf(args)))
 
     def _get(self, fut: Any) -> Any:
         _wait_future(fut, self.bootstrap, self.timeout_s)

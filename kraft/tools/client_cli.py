@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from common.properties import ConfigError
 from kraft.tools.client_config import load_command_config
@@ -22,6 +22,7 @@ from kraft.tools.client_config import load_command_config
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TIMEOUT_MS = 15_000
 COMMANDS = ("topics", "produce", "consume")
+T = TypeVar("T")
 
 
 class CliError(Exception):
@@ -226,9 +227,11 @@ def _describe_error(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-# The last authentication or TLS failure librdkafka reported: a request that then times
-# out says why the brokers could not be reached.
+# The authentication and TLS failures librdkafka reported, and the clients whose error
+# callbacks report them (callbacks run only when a client is polled): a request that
+# then fails says why the brokers could not be reached.
 _connection_failures: list[str] = []
+_clients: list[Any] = []
 
 
 def _client_conf(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
@@ -248,9 +251,18 @@ def _client_conf(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
     }
 
 
+def watched(client: T) -> T:
+    """`client` (made from _client_conf), polled for its error callbacks when a request
+    fails."""
+    _clients.append(client)
+    return client
+
+
 def unreachable(bootstrap: str, why: str) -> CliError:
     """`cannot reach <bootstrap>: <why>`, with the authentication or TLS failure behind it
     if librdkafka reported one."""
+    for client in _clients:
+        client.poll(0)  # runs the error callbacks of what happened meanwhile
     cause = f"; {_connection_failures[-1]}" if _connection_failures else ""
     return CliError(f"cannot reach {bootstrap}: {why}{cause}")
 
@@ -307,7 +319,7 @@ def _topics(args: argparse.Namespace) -> int:
     from confluent_kafka.admin import AdminClient
 
     timeout_s = args.timeout_ms / 1000
-    admin = AdminClient(_client_conf(args))
+    admin = watched(AdminClient(_client_conf(args)))
     cmd = args.topics_command
     if cmd == "create":
         return _topics_create(admin, args, timeout_s)
@@ -414,7 +426,7 @@ def _produce(args: argparse.Namespace, stdin: BinaryIO) -> int:
         **{"message.timeout.ms": args.timeout_ms, "linger.ms": 5},
     )
     conf.update(_pairs(args.producer_property, "--producer-property"))
-    producer = Producer(conf)
+    producer = watched(Producer(conf))
     # The producer's own metadata request: the broker may auto-create the topic.
     _topic_metadata(producer, args.bootstrap_server, args.topic, args.timeout_ms / 1000)
 
@@ -500,7 +512,7 @@ def _consume(args: argparse.Namespace, out: BinaryIO) -> int:
         },
     )
     conf.update(_pairs(args.consumer_property, "--consumer-property"))
-    consumer = Consumer(conf)
+    consumer = watched(Consumer(conf))
     # SIGTERM ends the loop like Ctrl-C does.
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     count = 0

@@ -31,6 +31,7 @@ from kraft.tools.client_cli import (
     resolve_connection,
     run_reporting,
     timeout_parser,
+    watched,
 )
 
 COMMANDS = ("configs",)
@@ -175,7 +176,7 @@ class _Admin:
 
         self.bootstrap = args.bootstrap_server
         self.timeout_s = args.timeout_ms / 1000
-        self.client = AdminClient(_client_conf(args))
+        self.client = watched(AdminClient(_client_conf(args)))
 
     def _get(self, fut: Any) -> Any:
         _wait_future(fut, self.bootstrap, self.timeout_s)

@@ -26,6 +26,7 @@ from kraft.tools.client_cli import (
     run_reporting,
     timeout_parser,
     unreachable,
+    watched,
 )
 
 COMMANDS = ("groups",)
@@ -116,7 +117,7 @@ class _Admin:
 
         self.bootstrap = args.bootstrap_server
         self.timeout_s = args.timeout_ms / 1000
-        self.client = AdminClient(_client_conf(args))
+        self.client = watched(AdminClient(_client_conf(args)))
 
     def get(self, fut: Any) -> Any:
         """The future's result, or CliError (`cannot reach ...` when no broker answers)."""
