@@ -1,6 +1,7 @@
 """Broker benchmark: produce then consume N messages with confluent-kafka.
 
-    python -m bench.broker_bench [--messages 1000000] [--sizes 100,1024] [--setups 1x1,3x3]
+    python -m bench.broker_bench [--messages 1000000] [--sizes 100,1024]
+                                 [--setups 1x1,3x3,1x1:sasl_ssl]
 
 For each setup, a real local cluster is started with `kraft dev` (3 controllers and B
 brokers, free ports, data in a scratch directory under `bench/`), a topic of 4
@@ -19,6 +20,12 @@ seconds per million messages: utime+stime of every broker process from /proc/<pi
 read before and after each phase (the controllers' CPU is recorded in the JSON too).
 Client, brokers and controllers share the machine's CPUs. The clusters are stopped with
 SIGTERM to `kraft dev` (brokers first, then controllers). Writes bench/results/broker.json.
+
+A `:sasl_ssl` setup runs the same on `kraft dev --secure`: clients over TLS with
+SCRAM-SHA-512 as its user `alice` (ACLs: ALL on topics prefixed `bench-`, READ on the
+consumer's group, so every request is authorized), replication on the brokers' own
+SASL_SSL listener. Its figures are compared with the PLAINTEXT setup of the same shape
+in the same run, as a ratio (target: at least 0.7x at 1 KiB).
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.storage_bench import filesystem_of, write_results
+from kraft.tools.client_config import load_command_config, translate
 
 CLIENT = f"confluent-kafka {confluent_kafka.__version__} (librdkafka {libversion()[0]})"
 
@@ -61,6 +69,7 @@ STALL_S = 60.0  # a phase with no progress for this long fails
 # Targets for 1 KiB messages on 1 broker, RF 1.
 TARGET_PRODUCE_MB_S = 150.0
 TARGET_CONSUME_MB_S = 300.0
+TARGET_SECURE_RATIO = 0.7  # SASL_SSL throughput / PLAINTEXT throughput, 1 KiB
 
 PRODUCER_CONFIG = {
     "acks": "all",
@@ -88,10 +97,12 @@ class BenchError(Exception):
 class Setup:
     brokers: int
     rf: int
+    secure: bool = False  # kraft dev --secure: SASL_SSL (SCRAM-SHA-512) clients
 
     @property
     def label(self) -> str:
-        return f"{self.brokers} broker{'s' if self.brokers > 1 else ''}, RF {self.rf}"
+        s = f"{self.brokers} broker{'s' if self.brokers > 1 else ''}, RF {self.rf}"
+        return s + (", SASL_SSL" if self.secure else "")
 
 
 # -- the cluster ------------------------------------------------------------------------------
@@ -100,15 +111,17 @@ class Setup:
 class Cluster:
     """`kraft dev --brokers B --base-port 0` in a scratch dir; stopped with SIGTERM."""
 
-    def __init__(self, brokers: int, scratch: Path, timeout_s: float) -> None:
-        self.data_dir = scratch / f"cluster-{brokers}b"
+    def __init__(self, brokers: int, scratch: Path, timeout_s: float, secure: bool) -> None:
+        name = f"{brokers}b" + ("-secure" if secure else "")
+        self.data_dir = scratch / f"cluster-{name}"
         self.data_dir.mkdir(parents=True)
-        self.log_path = scratch / f"kraft-dev-{brokers}b.out"
+        self.log_path = scratch / f"kraft-dev-{name}.out"
         kraft = Path(sys.executable).parent / "kraft"
         cmd = [str(kraft)] if kraft.exists() else [sys.executable, "-m", "kraft.tools.cli"]
         cmd += ["dev", "--data-dir", str(self.data_dir), "--brokers", str(brokers)]
-        cmd += ["--base-port", "0", "--timeout", str(timeout_s)]
+        cmd += ["--base-port", "0", "--timeout", str(timeout_s)] + (["--secure"] if secure else [])
         self.command = " ".join(cmd[-8:])
+        self.secure = secure
         with open(self.log_path, "wb") as out:
             self.proc = subprocess.Popen(
                 cmd,
@@ -124,6 +137,23 @@ class Cluster:
         self.controller_pids = [n["pid"] for n in self.desc["nodes"] if n["role"] == "controller"]
         props = (Path(self.desc["nodes"][-1]["data_dir"]) / "broker.properties").read_text()
         self.broker_props = dict(line.split("=", 1) for line in props.splitlines() if "=" in line)
+        # librdkafka settings of the bench's user and of the super user (empty: PLAINTEXT)
+        self.client_conf: dict[str, str] = {}
+        self.admin_conf: dict[str, str] = {}
+        if secure:
+            self.client_conf = self._config("client.properties", timeout_s)
+            self.admin_conf = self._config("admin.properties", timeout_s)
+            grant_bench_acls(self.bootstrap, self.admin_conf, self.client_conf)
+
+    def _config(self, name: str, timeout_s: float) -> dict[str, str]:
+        """A client config `kraft dev --secure` writes once its user exists."""
+        path = self.data_dir / name
+        deadline = time.monotonic() + timeout_s
+        while not path.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise BenchError(f"kraft dev --secure wrote no {name}:\n{self.tail()}")
+            time.sleep(0.1)
+        return translate(load_command_config(path))
 
     def _wait_ready(self, timeout_s: float) -> dict[str, Any]:
         path = self.data_dir / "cluster.json"
@@ -167,8 +197,35 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / CLK_TCK
 
 
-def create_topic(bootstrap: str, name: str, rf: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def grant_bench_acls(bootstrap: str, admin_conf: dict[str, str], user_conf: dict[str, str]) -> None:
+    """The bench user may do anything to `bench-*` topics and read its group."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    principal = "User:" + user_conf["sasl.username"]
+    allow = AclPermissionType.ALLOW
+    bindings = [
+        AclBinding(
+            ResourceType.TOPIC, "bench-", ResourcePatternType.PREFIXED, principal, "*",
+            AclOperation.ALL, allow,
+        ),
+        AclBinding(
+            ResourceType.GROUP, CONSUMER_CONFIG["group.id"], ResourcePatternType.LITERAL,
+            principal, "*", AclOperation.READ, allow,
+        ),
+    ]  # fmt: skip
+    admin = AdminClient({"bootstrap.servers": bootstrap, **admin_conf})
+    for f in admin.create_acls(bindings).values():
+        f.result(30)
+
+
+def create_topic(bootstrap: str, name: str, rf: int, conf: dict[str, str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **conf})
     futures = admin.create_topics([NewTopic(name, PARTITIONS, rf)], operation_timeout=30)
     futures[name].result(60)
     deadline = time.monotonic() + 60
@@ -188,7 +245,9 @@ def create_topic(bootstrap: str, name: str, rf: int) -> None:
 # -- the phases -------------------------------------------------------------------------------
 
 
-def produce(bootstrap: str, topic: str, n: int, size: int) -> tuple[float, int]:
+def produce(
+    bootstrap: str, topic: str, n: int, size: int, conf: dict[str, str]
+) -> tuple[float, int]:
     """(seconds, failed deliveries) for producing n messages of `size` bytes."""
     errors: list[Any] = []
 
@@ -196,7 +255,7 @@ def produce(bootstrap: str, topic: str, n: int, size: int) -> tuple[float, int]:
         if err is not None:
             errors.append(err)
 
-    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, **conf})
     producer.list_topics(topic, timeout=10)  # connect before the clock starts
     value = os.urandom(size)
     send = producer.produce
@@ -221,8 +280,8 @@ def produce(bootstrap: str, topic: str, n: int, size: int) -> tuple[float, int]:
     return elapsed, len(errors)
 
 
-def consume(bootstrap: str, topic: str, n: int) -> float:
-    consumer = Consumer({"bootstrap.servers": bootstrap, **CONSUMER_CONFIG})
+def consume(bootstrap: str, topic: str, n: int, conf: dict[str, str]) -> float:
+    consumer = Consumer({"bootstrap.servers": bootstrap, **CONSUMER_CONFIG, **conf})
     try:
         consumer.list_topics(topic, timeout=10)
         tps = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)]
@@ -270,13 +329,16 @@ def figures(n: int, size: int, seconds: float, cpu: dict[str, float]) -> dict[st
 
 
 def bench_setup(setup: Setup, sizes: list[int], n: int, scratch: Path, timeout: float) -> dict:
-    print(f"starting kraft dev: {setup.brokers} broker(s) + 3 controllers ...", flush=True)
+    flag = " --secure" if setup.secure else ""
+    print(f"starting kraft dev{flag}: {setup.brokers} broker(s) + 3 controllers ...", flush=True)
     t0 = time.monotonic()
-    cluster = Cluster(setup.brokers, scratch, timeout)
+    cluster = Cluster(setup.brokers, scratch, timeout, setup.secure)
+    conf = cluster.client_conf
     out: dict[str, Any] = {
         "setup": setup.label,
         "brokers": setup.brokers,
         "replication_factor": setup.rf,
+        "security_protocol": "SASL_SSL" if setup.secure else "PLAINTEXT",
         "partitions": PARTITIONS,
         "broker_min_insync_replicas": cluster.broker_props.get("min.insync.replicas"),
         "startup_s": round(time.monotonic() - t0, 1),
@@ -285,11 +347,11 @@ def bench_setup(setup: Setup, sizes: list[int], n: int, scratch: Path, timeout: 
     try:
         for size in sizes:
             topic = f"bench-{size}b-rf{setup.rf}"
-            create_topic(cluster.bootstrap, topic, setup.rf)
+            create_topic(cluster.bootstrap, topic, setup.rf, cluster.admin_conf)
             (p_s, failed), p_cpu = run_phase(
-                cluster, lambda t=topic, s=size: produce(cluster.bootstrap, t, n, s)
+                cluster, lambda t=topic, s=size: produce(cluster.bootstrap, t, n, s, conf)
             )
-            c_s, c_cpu = run_phase(cluster, lambda t=topic: consume(cluster.bootstrap, t, n))
+            c_s, c_cpu = run_phase(cluster, lambda t=topic: consume(cluster.bootstrap, t, n, conf))
             res = {
                 "message_bytes": size,
                 "messages": n,
@@ -341,7 +403,14 @@ def print_table(setups: list[dict]) -> None:
 
 
 def check_targets(setups: list[dict]) -> dict[str, Any] | None:
-    base = next((s for s in setups if s["brokers"] == 1 and s["replication_factor"] == 1), None)
+    base = next(
+        (
+            s
+            for s in setups
+            if s["brokers"] == 1 and s["replication_factor"] == 1 and "SASL" not in s["setup"]
+        ),
+        None,
+    )
     res = next((r for r in base["results"] if r["message_bytes"] == 1024), None) if base else None
     if res is None:
         print("\ntargets: not checked (needs the 1 broker RF 1 setup with 1 KiB messages)")
@@ -371,11 +440,57 @@ def check_targets(setups: list[dict]) -> dict[str, Any] | None:
     return out
 
 
+def check_secure_ratio(setups: list[dict]) -> list[dict[str, Any]]:
+    """SASL_SSL / PLAINTEXT throughput for each secured setup with a plain twin."""
+    out = []
+    for sec in (s for s in setups if s.get("security_protocol") == "SASL_SSL"):
+        plain = next(
+            (
+                s
+                for s in setups
+                if s.get("security_protocol") == "PLAINTEXT"
+                and (s["brokers"], s["replication_factor"])
+                == (sec["brokers"], sec["replication_factor"])
+            ),
+            None,
+        )
+        if plain is None:
+            continue
+        for r in sec["results"]:
+            twin = next(
+                (x for x in plain["results"] if x["message_bytes"] == r["message_bytes"]), None
+            )
+            if twin is None:
+                continue
+            ratio = {
+                phase: round(r[phase]["mb_per_s"] / twin[phase]["mb_per_s"], 2)
+                for phase in ("produce", "consume")
+            }
+            entry = {
+                "setup": sec["setup"],
+                "message_bytes": r["message_bytes"],
+                "produce_ratio": ratio["produce"],
+                "consume_ratio": ratio["consume"],
+                "target": TARGET_SECURE_RATIO,
+                "met": min(ratio.values()) >= TARGET_SECURE_RATIO,
+            }
+            out.append(entry)
+            print(
+                f"SASL_SSL / PLAINTEXT ({sec['setup']}, {size_label(r['message_bytes'])}): "
+                f"produce {ratio['produce']:.2f}x, consume {ratio['consume']:.2f}x "
+                f"(target >= {TARGET_SECURE_RATIO}x: {'met' if entry['met'] else 'NOT met'})"
+            )
+    return out
+
+
 def parse_setups(text: str) -> list[Setup]:
     setups = []
     for item in text.split(","):
-        b, _, rf = item.strip().partition("x")
-        setup = Setup(int(b), int(rf or b))
+        shape, _, security = item.strip().partition(":")
+        if security.lower() not in ("", "plaintext", "sasl_ssl"):
+            raise argparse.ArgumentTypeError(f"bad setup {item!r}: security is sasl_ssl or none")
+        b, _, rf = shape.partition("x")
+        setup = Setup(int(b), int(rf or b), security.lower() == "sasl_ssl")
         if not 1 <= setup.rf <= setup.brokers:
             raise argparse.ArgumentTypeError(f"bad setup {item!r}: need 1 <= RF <= brokers")
         setups.append(setup)
@@ -389,8 +504,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--setups",
         type=parse_setups,
-        default=parse_setups("1x1,3x3"),
-        help="BROKERSxRF,...: clusters to run (default 1x1,3x3)",
+        default=parse_setups("1x1,3x3,1x1:sasl_ssl"),
+        help="BROKERSxRF[:sasl_ssl],...: clusters to run (default 1x1,3x3,1x1:sasl_ssl)",
     )
     parser.add_argument("--dir", type=Path, default=REPO / "bench", help="scratch dir parent")
     parser.add_argument("--keep", action="store_true", help="keep the scratch dir (logs, data)")
@@ -424,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print_table(results)
     target = check_targets(results)
+    secure_ratio = check_secure_ratio(results)
     elapsed = time.perf_counter() - started
     write_results(
         args.out,
@@ -445,6 +561,7 @@ def main(argv: list[str] | None = None) -> int:
                 "clk_tck": CLK_TCK,
             },
             "target": target,
+            "sasl_ssl_vs_plaintext": secure_ratio,
             "results": results,
         },
         elapsed,

@@ -1,7 +1,8 @@
 """The admin facade the API handlers call: what a broker asks of the active controller
-on a client's behalf (CreateTopics, DeleteTopics, CreatePartitions, and the topics it
-creates itself: auto-created ones and `__consumer_offsets`), the producer-id block that
-InitProducerId draws from, and the configs DescribeConfigs shows.
+on a client's behalf (CreateTopics, DeleteTopics, CreatePartitions, CreateAcls,
+DeleteAcls, AlterUserScramCredentials, and the topics it creates itself: auto-created
+ones and `__consumer_offsets`), the producer-id block that InitProducerId draws from,
+and the configs DescribeConfigs shows.
 
 As Kafka's ForwardingManager, AutoTopicCreationManager and ProducerIdManager, in one
 small room: a controller that cannot be reached becomes a Kafka error code in the
@@ -21,13 +22,22 @@ from broker.controller_channel import ControllerError, ControllerUnavailable
 from common.errors import Errors
 from common.topics import GROUP_METADATA_TOPIC_NAME
 from metadata_log.controller_api import (
+    AclCreationResult,
     AllocateProducerIdsResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    AlterUserScramCredentialsResult,
     CreatableTopic,
     CreatableTopicResult,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsFilterResult,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     TopicResult,
@@ -45,6 +55,11 @@ class ActiveController(Protocol):
     async def delete_topics(self, req: DeleteTopicsRequest) -> DeleteTopicsResponse: ...
     async def create_partitions(self, req: CreatePartitionsRequest) -> CreatePartitionsResponse: ...
     async def allocate_producer_ids(self, broker_epoch: int) -> AllocateProducerIdsResponse: ...
+    async def create_acls(self, req: CreateAclsRequest) -> CreateAclsResponse: ...
+    async def delete_acls(self, req: DeleteAclsRequest) -> DeleteAclsResponse: ...
+    async def alter_user_scram_credentials(
+        self, req: AlterUserScramCredentialsRequest
+    ) -> AlterUserScramCredentialsResponse: ...
 
 
 class Admin:
@@ -88,6 +103,32 @@ class Admin:
         except (ControllerError, ControllerUnavailable) as exc:
             code, msg = _failure(exc)
             return CreatePartitionsResponse([TopicResult(t.name, code, msg) for t in req.topics])
+
+    async def create_acls(self, req: CreateAclsRequest) -> CreateAclsResponse:
+        try:
+            return await self.controller.create_acls(req)
+        except (ControllerError, ControllerUnavailable) as exc:
+            code, msg = _failure(exc)
+            return CreateAclsResponse([AclCreationResult(code, msg) for _ in req.creations])
+
+    async def delete_acls(self, req: DeleteAclsRequest) -> DeleteAclsResponse:
+        try:
+            return await self.controller.delete_acls(req)
+        except (ControllerError, ControllerUnavailable) as exc:
+            code, msg = _failure(exc)
+            return DeleteAclsResponse([DeleteAclsFilterResult(code, msg) for _ in req.filters])
+
+    async def alter_user_scram_credentials(
+        self, req: AlterUserScramCredentialsRequest
+    ) -> AlterUserScramCredentialsResponse:
+        try:
+            return await self.controller.alter_user_scram_credentials(req)
+        except (ControllerError, ControllerUnavailable) as exc:
+            code, msg = _failure(exc)
+            users = sorted({x.name for x in req.deletions} | {x.name for x in req.upsertions})
+            return AlterUserScramCredentialsResponse(
+                [AlterUserScramCredentialsResult(u, code, msg) for u in users]
+            )
 
     async def create_offsets_topic(self) -> None:
         """__consumer_offsets on first use, compacted, as Kafka creates it."""
@@ -134,8 +175,8 @@ class Admin:
 
     # -- configs (DescribeConfigs) -----------------------------------------------------------
 
-    def broker_configs(self) -> dict[str, tuple[str, bool]]:
-        """This broker's configs: name -> (value, is_default)."""
+    def broker_configs(self) -> dict[str, tuple[str | None, bool]]:
+        """This broker's configs: name -> (value, is_default); None: a secret, not shown."""
         return self.config.described_configs()
 
     def topic_configs(self, topic: str) -> dict[str, tuple[str, bool]] | None:

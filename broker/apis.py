@@ -14,9 +14,11 @@ they are), or None when no response is due (Produce with acks=0). It raises
 
 `KafkaApis` is the `BrokerApis` the handlers see: the replica manager, the group
 coordinator and the admin facade, which they call directly. The handlers live by area:
-the data path in `apis_data`, metadata and admin in `apis_admin`, groups in `apis_group`
-and `apis_group_admin`; each exports its rows (`API_HANDLERS`: versions and handler
-together), and the versions advertised in ApiVersions are built from those rows only.
+the data path in `apis_data`, metadata in `apis_metadata`, admin in `apis_admin`, groups
+in `apis_group` and `apis_group_admin`, ACLs and SCRAM credentials in `apis_acls`, the
+SASL APIs' post-login answers in `apis_sasl`; each exports its rows (`API_HANDLERS`:
+versions and handler together), and the versions advertised in ApiVersions are built
+from those rows only.
 
 Versions: floors follow Kafka 4.x (which dropped the pre-2.1 versions, KIP-896) and what
 kio has; ceilings are where our handlers stop and where today's clients (confluent-kafka
@@ -28,9 +30,18 @@ NOT_LEADER answers, KIP-951).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from broker import apis_admin, apis_data, apis_group, apis_group_admin
+from broker import (
+    apis_acls,
+    apis_admin,
+    apis_data,
+    apis_group,
+    apis_group_admin,
+    apis_metadata,
+    apis_sasl,
+)
 from broker.apis_common import ApiHandler, BrokerApis, CloseConnection, Response
 from broker.codec import (
     RequestHeader,
@@ -41,6 +52,8 @@ from broker.codec import (
     request_class,
 )
 from broker.codec_schema import topic_uuid
+from broker.security.session import current_session
+from common.acl import AclOperation, ResourceType
 from common.api_keys import ApiKey
 from common.errors import Errors
 
@@ -48,6 +61,7 @@ if TYPE_CHECKING:
     from broker.admin import Admin
     from broker.group.manager import GroupCoordinator
     from broker.replica_manager import ReplicaManager
+    from broker.security.authorizer import StandardAuthorizer
     from metadata_log.image import MetadataImage
 
 log = logging.getLogger(__name__)
@@ -66,19 +80,21 @@ class KafkaApis:
         self,
         broker_id: int,
         cluster_id: str,
-        listener_name: str,
         replica_manager: ReplicaManager,
         groups: GroupCoordinator,
         admin: Admin,
-        advertised: tuple[str, int] | None = None,
+        advertised: Mapping[str, tuple[str, int]] | None = None,
+        *,
+        authorizer: StandardAuthorizer | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.cluster_id = cluster_id
         self.replica_manager = replica_manager
         self.groups = groups
         self.admin = admin
-        self._listener_name = listener_name
-        self._advertised = advertised  # our own (host, port) on this listener, if configured
+        self.authorizer = authorizer  # None: authorization off, everything allowed
+        # Our own (host, port) by listener name, as configured (the image may lag).
+        self._advertised = dict(advertised or {})
         self._uuid_cache: tuple[object, dict[Any, str]] | None = None
 
     async def handle(self, frame: bytes) -> Response:
@@ -115,14 +131,34 @@ class KafkaApis:
         return self.replica_manager.image()
 
     def advertised_endpoint(self, broker_id: int) -> tuple[str, int] | None:
-        """(host, port) clients should use for `broker_id` on this listener."""
-        if broker_id == self.broker_id and self._advertised is not None:
-            return self._advertised
+        """(host, port) clients should use for `broker_id` on the listener the request
+        came in on (as Kafka answers Metadata: each listener names its own endpoints)."""
+        listener = current_session().listener
+        if broker_id == self.broker_id and listener in self._advertised:
+            return self._advertised[listener]
         b = self.image().brokers.get(broker_id)
         if b is None:
             return None
-        ep = b.endpoint(self._listener_name)
+        ep = b.endpoint(listener)
         return None if ep is None else (ep.host, ep.port)
+
+    # -- BrokerApis: authorization -------------------------------------------------------------
+
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """May the current session do `operation` on the resource? True when off."""
+        authorizer = self.authorizer
+        if authorizer is None:
+            return True
+        s = current_session()
+        return authorizer.authorize(s.principal, s.client_host, operation, resource_type, name)
+
+    def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """May the current session do `operation` on some resource of the type?"""
+        authorizer = self.authorizer
+        if authorizer is None:
+            return True
+        s = current_session()
+        return authorizer.authorize_any(s.principal, s.client_host, operation, resource_type)
 
     def topic_name_by_id(self, topic_id: Any) -> str | None:
         """Topic name for a UUID (Fetch v13, DeleteTopics v6), cached per image."""
@@ -171,10 +207,13 @@ def _by_key(*tables: tuple[ApiHandler, ...]) -> dict[int, ApiHandler]:
 
 
 HANDLERS = _by_key(
+    apis_acls.API_HANDLERS,
     apis_data.API_HANDLERS,
+    apis_metadata.API_HANDLERS,
     apis_admin.API_HANDLERS,
     apis_group.API_HANDLERS,
     apis_group_admin.API_HANDLERS,
+    apis_sasl.API_HANDLERS,
     API_HANDLERS,
 )
 # What ApiVersions advertises: exactly the rows above.

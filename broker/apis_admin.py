@@ -1,30 +1,34 @@
-"""Metadata and admin handlers: Metadata, CreateTopics, DeleteTopics, CreatePartitions,
-DescribeCluster, DescribeConfigs. Responses are described as plain data for every
-version and encoded with kio (`codec.encode_response` keeps the fields a version has).
+"""Admin handlers: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs.
+Responses are described as plain data for every version and encoded with kio
+(`codec.encode_response` keeps the fields a version has).
 
 Admin writes go to the active controller through the admin facade (`broker.admin`); the
 image they change arrives later through the metadata log, so a Metadata request right
 after CreateTopics may still say LEADER_NOT_AVAILABLE, as with Kafka.
+
+Authorization follows Kafka's rules for these requests (ControllerApis, which checks
+them with the client's principal once forwarded); here the broker checks them before
+forwarding, since our controller API acts for the broker, not for the client.
 """
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from typing import Any
 
 from broker.apis_common import (
-    NO_AUTHORIZED_OPERATIONS,
     ApiHandler,
     BrokerApis,
     Response,
     answer,
+    authorized_names,
 )
 from broker.codec import RequestHeader
 from broker.codec_schema import topic_uuid
+from common.acl import CLUSTER_NAME, AclOperation, ResourceType
 from common.api_keys import ApiKey
 from common.errors import Errors
-from common.topics import INTERNAL_TOPICS, is_valid_name
+from common.topics import is_valid_name
 from metadata_log.controller_api import (
     CreatableTopic,
     CreatePartitionsRequest,
@@ -32,151 +36,9 @@ from metadata_log.controller_api import (
     CreateTopicsRequest,
     DeleteTopicsRequest,
 )
-from metadata_log.image import MetadataImage
-
-log = logging.getLogger(__name__)
 
 # DescribeConfigs config_source values
 _TOPIC_CONFIG, _STATIC_BROKER_CONFIG, _DEFAULT_CONFIG = 1, 4, 5
-
-
-def _brokers(apis: BrokerApis, image: MetadataImage) -> list[dict[str, Any]]:
-    """Unfenced brokers with an endpoint on this listener."""
-    out = []
-    for b in image.live_brokers():
-        ep = apis.advertised_endpoint(b.broker_id)
-        if ep is not None:
-            out.append(
-                {
-                    "node_id": b.broker_id,
-                    "broker_id": b.broker_id,
-                    "host": ep[0],
-                    "port": ep[1],
-                    "rack": b.rack,
-                }
-            )
-    return out
-
-
-def _controller_id(brokers: list[dict[str, Any]], correlation_id: int) -> int:
-    # KRaft brokers tell clients some live broker is "the controller" (Kafka picks one at
-    # random): clients send admin requests there and any broker forwards them to the
-    # active controller. Spread by the request's correlation id instead of a random
-    # draw, so an answer is a function of its request (no hidden randomness to seed).
-    return brokers[correlation_id % len(brokers)]["node_id"] if brokers else -1
-
-
-# -- Metadata --------------------------------------------------------------------------------
-
-
-async def handle_metadata(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
-    v = header.api_version
-    image = apis.image()
-    brokers = _brokers(apis, image)
-    live = {b["node_id"] for b in brokers}
-    topics: list[dict[str, Any]] = []
-    if body.topics is None or (v == 0 and not body.topics):  # all topics
-        for name in sorted(image.topic_ids):
-            topics.append(_describe_topic(image, name, live, v))
-    else:
-        auto = bool(getattr(body, "allow_auto_topic_creation", True)) and bool(
-            apis.admin.auto_create_topics_enable
-        )
-        to_create: list[dict[str, Any]] = []
-        seen: set[str] = set()
-        for t in body.topics:
-            name = t.name
-            if name is None:  # v10+: by topic id
-                tid = getattr(t, "topic_id", None)
-                name = apis.topic_name_by_id(tid) if tid is not None else None
-                if name is None:
-                    topics.append(_topic_error(Errors.UNKNOWN_TOPIC_ID, None, tid))
-                    continue
-            if name in seen:
-                continue
-            seen.add(name)
-            if image.topic_by_name(name) is not None:
-                topics.append(_describe_topic(image, name, live, v))
-            elif not is_valid_name(name):
-                topics.append(_topic_error(Errors.INVALID_TOPIC_EXCEPTION, name))
-            elif auto:
-                entry = _topic_error(Errors.LEADER_NOT_AVAILABLE, name)
-                topics.append(entry)
-                to_create.append(entry)
-            else:
-                topics.append(_topic_error(Errors.UNKNOWN_TOPIC_OR_PARTITION, name))
-        if to_create:
-            await _auto_create(apis, to_create)
-    return answer(
-        ApiKey.METADATA,
-        header,
-        {
-            "throttle_time": 0,
-            "brokers": brokers,
-            "cluster_id": apis.cluster_id,
-            "controller_id": _controller_id(brokers, header.correlation_id),
-            "topics": topics,
-            "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
-        },
-    )
-
-
-def _topic_error(code: int, name: str | None, topic_id: Any = None) -> dict[str, Any]:
-    return {
-        "error_code": code,
-        "name": name,
-        "topic_id": topic_id,
-        "is_internal": False,
-        "partitions": [],
-        "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
-    }
-
-
-def _describe_topic(image: MetadataImage, name: str, live: set[int], v: int) -> dict[str, Any]:
-    topic = image.topic_by_name(name)
-    assert topic is not None
-    partitions = []
-    for index, p in sorted(topic.partitions.items()):
-        leader_ok = p.leader in live
-        replicas, isr = list(p.replicas), list(p.isr)
-        if v == 0:  # v0 clients expect only reachable brokers (Kafka filters them too)
-            replicas = [r for r in replicas if r in live]
-            isr = [r for r in isr if r in live]
-        partitions.append(
-            {
-                "error_code": Errors.NONE if leader_ok else Errors.LEADER_NOT_AVAILABLE,
-                "partition_index": index,
-                "leader_id": p.leader if leader_ok else -1,
-                "leader_epoch": p.leader_epoch,
-                "replica_nodes": replicas,
-                "isr_nodes": isr,
-                "offline_replicas": [r for r in p.replicas if r not in live],
-            }
-        )
-    return {
-        "error_code": Errors.NONE,
-        "name": name,
-        "topic_id": topic_uuid(topic.topic_id),
-        "is_internal": name in INTERNAL_TOPICS,
-        "partitions": partitions,
-        "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
-    }
-
-
-async def _auto_create(apis: BrokerApis, entries: list[dict[str, Any]]) -> None:
-    """`auto.create.topics.enable`: create with the defaults; the answer stays
-    Errors.LEADER_NOT_AVAILABLE (clients retry) unless the controller refused the topic."""
-    req = CreateTopicsRequest(topics=[CreatableTopic(name=e["name"]) for e in entries])
-    try:
-        resp = await apis.admin.create_topics(req)
-    except Exception:
-        log.exception("auto-creating %d topics failed", len(entries))
-        return
-    codes = {r.name: r.error_code for r in resp.topics}
-    for e in entries:
-        code = codes.get(e["name"], Errors.LEADER_NOT_AVAILABLE)
-        if code not in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS):
-            e["error_code"] = code
 
 
 # -- CreateTopics, DeleteTopics, CreatePartitions --------------------------------------------
@@ -186,8 +48,24 @@ async def handle_create_topics(apis: BrokerApis, header: RequestHeader, body: An
     counts = Counter(t.name for t in body.topics)
     results: dict[str, dict[str, Any]] = {}
     forward: list[CreatableTopic] = []
+    # Kafka (ControllerApis.createTopics): CREATE on the cluster, or on each topic;
+    # a created topic's configs are shown only with DESCRIBE_CONFIGS on it.
+    creatable: set[str] | None = None  # None: every topic
+    hidden_configs: set[str] = set()
+    if apis.authorizer is not None:
+        if not apis.authorize(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME):
+            creatable = authorized_names(apis, AclOperation.CREATE, ResourceType.TOPIC, counts)
+        shown = authorized_names(apis, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, counts)
+        hidden_configs = counts.keys() - shown
     for t in body.topics:
         if t.name in results:
+            continue
+        if creatable is not None and counts[t.name] == 1 and t.name not in creatable:
+            results[t.name] = {
+                "name": t.name,
+                "error_code": Errors.TOPIC_AUTHORIZATION_FAILED,
+                "error_message": "Authorization failed.",
+            }
             continue
         error = _check_creatable(t, counts[t.name])
         if error is not None:
@@ -216,6 +94,8 @@ async def handle_create_topics(apis: BrokerApis, header: RequestHeader, body: An
                 "num_partitions": r.num_partitions,
                 "replication_factor": r.replication_factor,
             }
+            if r.error_code == Errors.NONE and r.name in hidden_configs:
+                results[r.name]["topic_config_error_code"] = Errors.TOPIC_AUTHORIZATION_FAILED
     topics = []
     for name, entry in results.items():
         if not entry:  # the controller did not mention it
@@ -268,9 +148,9 @@ def create_topics_error(header: RequestHeader, body: Any, code: int) -> Response
     return answer(ApiKey.CREATE_TOPICS, header, {"throttle_time": 0, "topics": topics})
 
 
-def _delete_targets(apis: BrokerApis, body: Any) -> list[tuple[str | None, Any]]:
-    """(name, topic id) of each topic named in a DeleteTopics request (v1-5 by name,
-    v6 by name or id), duplicates dropped."""
+def _delete_targets(apis: BrokerApis, body: Any) -> list[tuple[str | None, Any, bool]]:
+    """(name, topic id, named by id) of each topic in a DeleteTopics request (v1-5 by
+    name, v6 by name or id), duplicates dropped; the id is None for an unknown name."""
     image = apis.image()
     if hasattr(body, "topic_names"):
         pairs = [(n, None) for n in body.topic_names]
@@ -278,23 +158,56 @@ def _delete_targets(apis: BrokerApis, body: Any) -> list[tuple[str | None, Any]]
         pairs = [(t.name or apis.topic_name_by_id(t.topic_id), t.topic_id) for t in body.topics]
     out = []
     for name, tid in dict.fromkeys(pairs):
+        by_id = tid is not None
         if tid is None and name is not None:
             topic = image.topic_by_name(name)
             tid = topic_uuid(topic.topic_id) if topic is not None else None
-        out.append((name, tid))
+        out.append((name, tid, by_id))
     return out
+
+
+def _delete_refusal(
+    apis: BrokerApis, targets: list[tuple[str | None, Any, bool]]
+) -> dict[tuple[str | None, Any], tuple[str | None, Any]]:
+    """Kafka (ControllerApis.deleteTopics): without DELETE on the cluster, each topic
+    needs DELETE on it. A name the principal may not DESCRIBE is refused before its
+    existence is looked at, and an id it maps to is not shown; a topic asked by id keeps
+    its id, and its name only when describable. Returns target -> (name, id) to answer
+    TOPIC_AUTHORIZATION_FAILED with."""
+    if apis.authorizer is None or apis.authorize(
+        AclOperation.DELETE, ResourceType.CLUSTER, CLUSTER_NAME
+    ):
+        return {}
+    named = [n for n, _, _ in targets if n is not None]
+    describable = authorized_names(apis, AclOperation.DESCRIBE, ResourceType.TOPIC, named)
+    deletable = authorized_names(apis, AclOperation.DELETE, ResourceType.TOPIC, named)
+    refused: dict[tuple[str | None, Any], tuple[str | None, Any]] = {}
+    for name, tid, by_id in targets:
+        if name is None or name in deletable:
+            continue
+        if by_id:
+            refused[(name, tid)] = (name if name in describable else None, tid)
+        elif name not in describable or tid is not None:  # an unknown name: not found
+            refused[(name, tid)] = (name, None)
+    return refused
 
 
 async def handle_delete_topics(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     targets = _delete_targets(apis, body)
-    names = list(dict.fromkeys(n for n, _ in targets if n is not None))
+    refused = _delete_refusal(apis, targets)
+    names = list(
+        dict.fromkeys(n for n, tid, _ in targets if n is not None and (n, tid) not in refused)
+    )
     codes: dict[str, tuple[int, str | None]] = {}
     if names:
         resp = await apis.admin.delete_topics(DeleteTopicsRequest(names=names))
         codes = {r.name: (r.error_code, r.error_message) for r in resp.topics}
     responses = []
-    for name, tid in targets:
-        if name is None:
+    for name, tid, _ in targets:
+        if (name, tid) in refused:
+            name, tid = refused[(name, tid)]
+            code, msg = Errors.TOPIC_AUTHORIZATION_FAILED, None
+        elif name is None:
             code, msg = Errors.UNKNOWN_TOPIC_ID, None
         else:
             code, msg = codes.get(name, (Errors.UNKNOWN_TOPIC_OR_PARTITION, None))
@@ -326,12 +239,21 @@ async def handle_create_partitions(apis: BrokerApis, header: RequestHeader, body
     counts = Counter(t.name for t in body.topics)
     results: dict[str, dict[str, Any]] = {}
     forward = []
+    alterable = None  # Kafka: ALTER on each topic (None: authorization is off)
+    if apis.authorizer is not None:
+        alterable = authorized_names(apis, AclOperation.ALTER, ResourceType.TOPIC, counts)
     for t in body.topics:
         if counts[t.name] > 1:
             results[t.name] = {
                 "name": t.name,
                 "error_code": Errors.INVALID_REQUEST,
                 "error_message": "duplicate topic in the request",
+            }
+        elif alterable is not None and t.name not in alterable:
+            results[t.name] = {
+                "name": t.name,
+                "error_code": Errors.TOPIC_AUTHORIZATION_FAILED,
+                "error_message": None,
             }
         elif not 1 <= t.count <= 100_000:
             results[t.name] = {
@@ -373,44 +295,7 @@ def create_partitions_error(header: RequestHeader, body: Any, code: int) -> Resp
     return answer(ApiKey.CREATE_PARTITIONS, header, {"throttle_time": 0, "results": results})
 
 
-# -- DescribeCluster, DescribeConfigs --------------------------------------------------------
-
-
-async def handle_describe_cluster(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
-    endpoint_type = getattr(body, "endpoint_type", 1)
-    if endpoint_type != 1:  # 2 = controllers: brokers do not describe them (KIP-919)
-        return describe_cluster_error(header, body, Errors.MISMATCHED_ENDPOINT_TYPE)
-    brokers = _brokers(apis, apis.image())
-    return answer(
-        ApiKey.DESCRIBE_CLUSTER,
-        header,
-        {
-            "throttle_time": 0,
-            "error_code": Errors.NONE,
-            "error_message": None,
-            "endpoint_type": 1,
-            "cluster_id": apis.cluster_id,
-            "controller_id": _controller_id(brokers, header.correlation_id),
-            "brokers": brokers,
-            "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
-        },
-    )
-
-
-def describe_cluster_error(header: RequestHeader, body: Any, code: int) -> Response:
-    return answer(
-        ApiKey.DESCRIBE_CLUSTER,
-        header,
-        {
-            "throttle_time": 0,
-            "error_code": code,
-            "error_message": None,
-            "endpoint_type": 1,
-            "cluster_id": "",
-            "controller_id": -1,
-            "brokers": [],
-        },
-    )
+# -- DescribeConfigs ---------------------------------------------------------------------------
 
 
 async def handle_describe_configs(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
@@ -423,8 +308,12 @@ async def handle_describe_configs(apis: BrokerApis, header: RequestHeader, body:
             "resource_type": res.resource_type,
             "resource_name": res.resource_name,
         }
-        configs: dict[str, tuple[str, bool]] | None
-        if res.resource_type == 2:  # topic
+        configs: dict[str, tuple[str | None, bool]] | None
+        refusal = _describe_configs_refusal(apis, res.resource_type, res.resource_name)
+        if refusal is not None:
+            configs = None
+            entry["error_code"] = refusal
+        elif res.resource_type == 2:  # topic
             configs = apis.admin.topic_configs(res.resource_name)
             read_only, source = False, _TOPIC_CONFIG
             if configs is None:
@@ -449,7 +338,7 @@ async def handle_describe_configs(apis: BrokerApis, header: RequestHeader, body:
                     "value": value,
                     "read_only": read_only,
                     "config_source": _DEFAULT_CONFIG if is_default else source,
-                    "is_sensitive": False,
+                    "is_sensitive": value is None,  # a secret: never shown
                     "synonyms": [],
                     "config_type": 0,
                     "documentation": None,
@@ -458,6 +347,25 @@ async def handle_describe_configs(apis: BrokerApis, header: RequestHeader, body:
             ]
         results.append(entry)
     return answer(ApiKey.DESCRIBE_CONFIGS, header, {"throttle_time": 0, "results": results})
+
+
+# DescribeConfigs resource type -> what Kafka authorizes it against (ConfigHelper):
+# topics by name, broker and broker-logger configs on the cluster, groups by name.
+_CONFIG_RESOURCES: dict[int, tuple[ResourceType, int]] = {
+    2: (ResourceType.TOPIC, Errors.TOPIC_AUTHORIZATION_FAILED),
+    4: (ResourceType.CLUSTER, Errors.CLUSTER_AUTHORIZATION_FAILED),
+    8: (ResourceType.CLUSTER, Errors.CLUSTER_AUTHORIZATION_FAILED),
+    32: (ResourceType.GROUP, Errors.GROUP_AUTHORIZATION_FAILED),
+}
+
+
+def _describe_configs_refusal(apis: BrokerApis, resource_type: int, name: str) -> int | None:
+    """The authorization error for DESCRIBE_CONFIGS on the resource, or None."""
+    if apis.authorizer is None or resource_type not in _CONFIG_RESOURCES:
+        return None
+    rtype, error = _CONFIG_RESOURCES[resource_type]
+    target = CLUSTER_NAME if rtype == ResourceType.CLUSTER else name
+    return None if apis.authorize(AclOperation.DESCRIBE_CONFIGS, rtype, target) else error
 
 
 def describe_configs_error(header: RequestHeader, body: Any, code: int) -> Response:
@@ -476,11 +384,9 @@ def describe_configs_error(header: RequestHeader, body: Any, code: int) -> Respo
 
 # The versions served, beside their handlers (floors and ceilings: see `broker.apis`).
 API_HANDLERS: tuple[ApiHandler, ...] = (
-    ApiHandler(ApiKey.METADATA, 0, 12, handle_metadata, None),  # no error field before v13
     ApiHandler(ApiKey.CREATE_TOPICS, 2, 7, handle_create_topics, create_topics_error),
     ApiHandler(ApiKey.DELETE_TOPICS, 1, 6, handle_delete_topics, delete_topics_error),
     # DescribeConfigs: kio has no v0
     ApiHandler(ApiKey.DESCRIBE_CONFIGS, 1, 4, handle_describe_configs, describe_configs_error),
     ApiHandler(ApiKey.CREATE_PARTITIONS, 0, 3, handle_create_partitions, create_partitions_error),
-    ApiHandler(ApiKey.DESCRIBE_CLUSTER, 0, 1, handle_describe_cluster, describe_cluster_error),
 )

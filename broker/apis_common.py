@@ -6,12 +6,13 @@ handler modules import it without importing each other (error codes and API keys
 from __future__ import annotations
 
 import datetime
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.codec import CloseConnection as CloseConnection  # re-exported for handlers
 from broker.codec import RequestHeader, encode_response
+from common.acl import AclOperation, ResourceType
 from common.api_keys import ApiKey
 from common.errors import Errors
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from broker.admin import Admin
     from broker.group.manager import GroupCoordinator
     from broker.replica_manager import ReplicaManager
+    from broker.security.authorizer import StandardAuthorizer
     from metadata_log.image import MetadataImage
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)  # Kafka's "not requested" value
@@ -37,8 +39,22 @@ class BrokerApis(Protocol):
     replica_manager: ReplicaManager
     groups: GroupCoordinator
     admin: Admin
+    # None: authorization is off (`authorizer.class.name` unset) and everything is
+    # allowed. Handlers test it once per request before any per-resource check, so an
+    # unsecured broker pays one attribute read.
+    authorizer: StandardAuthorizer | None
 
     def image(self) -> MetadataImage: ...
+
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """May the current session's principal, from its host, do `operation` on the
+        LITERAL resource `name`? (Kafka's AuthHelper.authorize.)"""
+        ...
+
+    def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """May it do `operation` on at least one resource of the type? (Kafka's
+        authorizeByResourceType, e.g. KIP-679's "may write some topic".)"""
+        ...
 
     def advertised_endpoint(self, broker_id: int) -> tuple[str, int] | None:
         """(host, port) clients should use for `broker_id` on this listener."""
@@ -62,6 +78,63 @@ class ApiHandler:
     max_version: int
     handle: Handler
     error_answer: ErrorAnswer | None  # None: no error field to carry a handler failure
+
+
+# Kafka's AclEntry.supportedOperations: what an authorized-operations bitfield
+# (Metadata, DescribeGroups, DescribeCluster) reports on, per resource type.
+SUPPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
+    ResourceType.TOPIC: (
+        AclOperation.READ,
+        AclOperation.WRITE,
+        AclOperation.CREATE,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (
+        AclOperation.READ,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    ResourceType.CLUSTER: (
+        AclOperation.CREATE,
+        AclOperation.CLUSTER_ACTION,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+        AclOperation.IDEMPOTENT_WRITE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+    ),
+    ResourceType.TRANSACTIONAL_ID: (AclOperation.DESCRIBE, AclOperation.WRITE),
+}
+
+
+def authorized_operations(apis: BrokerApis, resource_type: ResourceType, name: str) -> int:
+    """Kafka's AuthHelper.authorizedOperations: a bit (1 << operation code) for each
+    supported operation the session may do on the resource; all of them when
+    authorization is off."""
+    ops = SUPPORTED_OPERATIONS[resource_type]
+    if apis.authorizer is not None:
+        ops = tuple(op for op in ops if apis.authorize(op, resource_type, name))
+    bits = 0
+    for op in ops:
+        bits |= 1 << op
+    return bits
+
+
+def authorized_names(
+    apis: BrokerApis, operation: AclOperation, resource_type: ResourceType, names: Iterable[str]
+) -> set[str]:
+    """The distinct names the session may do `operation` on (Kafka's
+    filterByAuthorized): one decision per name, however often a request repeats it."""
+    unique = set(names)
+    if apis.authorizer is None:
+        return unique
+    return {n for n in unique if apis.authorize(operation, resource_type, n)}
 
 
 def to_ms(value: datetime.timedelta | int) -> int:

@@ -3,8 +3,13 @@
 Produce and Fetch are the hot path: work per partition and per batch, never per record;
 their responses are hand-written (`codec.encode_produce_response` /
 `encode_fetch_response`). Handlers call the replica manager directly. A produce is
-checked here, once: acks, then each batch's header and CRC (`validate_records`); the
-checked batches go down to the log, which does not parse or check them again.
+checked here, once: authorization, acks, then each batch's header and CRC
+(`validate_records`); the checked batches go down to the log, which does not parse or
+check them again.
+
+Authorization follows Kafka's KafkaApis: one decision per topic (never per partition or
+record), refused topics answer TOPIC_AUTHORIZATION_FAILED and the others go on; with no
+authorizer the only cost is reading `apis.authorizer` once per request.
 
 `API_HANDLERS` (at the end) is what this module serves: versions and handlers.
 """
@@ -34,11 +39,18 @@ from broker.codec import (
     encode_response,
 )
 from broker.results import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from common.acl import CLUSTER_NAME, AclOperation, ResourceType
 from common.api_keys import ApiKey
 from common.errors import Errors
 from common.topics import INTERNAL_TOPICS
 from storage.log_types import FetchDataInfo
-from storage.record_batch import CheckedBatch, RecordBatchError, validate_records
+from storage.record_batch import (
+    ATTRIBUTES,
+    TRANSACTIONAL_MASK,
+    CheckedBatch,
+    RecordBatchError,
+    validate_records,
+)
 from storage.segment import FileSlice
 
 if TYPE_CHECKING:
@@ -89,8 +101,27 @@ async def _append(produce: Awaitable[ProduceResult]) -> ProduceResult:
         return ProduceResult(Errors.INVALID_RECORD, error_message=f"broker error: {e!r}")
 
 
+def _has_transactional_records(body: Any) -> bool:
+    """Kafka's RequestUtils.hasTransactionalRecords: is the first batch of any
+    partition transactional?"""
+    low = ATTRIBUTES + 1  # the attributes' low byte holds the flag
+    for t in body.topic_data:
+        for p in t.partition_data:
+            records = p.records
+            if records and len(records) > low and records[low] & TRANSACTIONAL_MASK:
+                return True
+    return False
+
+
 async def handle_produce(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     rm = apis.replica_manager
+    authz = apis.authorizer is not None
+    if authz and _has_transactional_records(body):
+        tid = getattr(body, "transactional_id", None)
+        if tid is None or not apis.authorize(
+            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid
+        ):
+            return produce_error(header, body, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     acks = body.acks
     acks_valid = acks in (0, 1, -1)  # the only check of acks on the produce path
     timeout_ms = to_ms(body.timeout)
@@ -99,11 +130,14 @@ async def handle_produce(apis: BrokerApis, header: RequestHeader, body: Any) -> 
     pending: list[tuple[list[Any], Awaitable[ProduceResult]]] = []
     for t in body.topic_data:
         slots: list[list[Any]] = []
+        denied = authz and not apis.authorize(AclOperation.WRITE, ResourceType.TOPIC, t.name)
         topic = image.topic_by_name(t.name)
         for p in t.partition_data:
             slot: list[Any] = [p.index, None]
             slots.append(slot)
-            if not acks_valid:
+            if denied:  # before any other check, as Kafka: the topic's existence stays hidden
+                slot[1] = ProduceResult(Errors.TOPIC_AUTHORIZATION_FAILED)
+            elif not acks_valid:
                 why = f"acks={acks}"
                 slot[1] = ProduceResult(Errors.INVALID_REQUIRED_ACKS, error_message=why)
             elif topic is None or p.index not in topic.partitions:
@@ -170,6 +204,14 @@ async def handle_fetch(apis: BrokerApis, header: RequestHeader, body: Any) -> Re
     else:
         replica_id, replica_epoch = getattr(body, "replica_id", -1), -1
     isolation = getattr(body, "isolation_level", 0)
+    # Kafka: a follower needs CLUSTER_ACTION on the cluster, else every partition is
+    # refused; a consumer needs READ on each topic.
+    authz = apis.authorizer is not None
+    follower_denied = (
+        authz
+        and replica_id >= 0
+        and not apis.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+    )
     image = apis.image()
     plan: FetchPlan = []
     reads: list[FetchPartition] = []
@@ -182,10 +224,18 @@ async def handle_fetch(apis: BrokerApis, header: RequestHeader, body: Any) -> Re
         else:
             key = name = t.topic
             missing = Errors.UNKNOWN_TOPIC_OR_PARTITION
+        denied = follower_denied or (
+            authz
+            and replica_id < 0
+            and name is not None
+            and not apis.authorize(AclOperation.READ, ResourceType.TOPIC, name)
+        )
         topic = image.topic_by_name(name) if name is not None else None
         items: list[tuple[int, FetchPartition | int]] = []
         for p in t.partitions:
-            if topic is None:
+            if denied:
+                items.append((p.partition, Errors.TOPIC_AUTHORIZATION_FAILED))
+            elif topic is None:
                 items.append((p.partition, missing))
             elif p.partition not in topic.partitions:
                 items.append((p.partition, Errors.UNKNOWN_TOPIC_OR_PARTITION))
@@ -290,12 +340,16 @@ def fetch_error(header: RequestHeader, body: Any, code: int) -> Response:
 async def handle_list_offsets(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     rm = apis.replica_manager
     image = apis.image()
+    authz = apis.authorizer is not None
     topics = []
     for t in body.topics:
+        denied = authz and not apis.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)
         topic = image.topic_by_name(t.name)
         parts = []
         for p in t.partitions:
-            if topic is None or p.partition_index not in topic.partitions:
+            if denied:
+                r = ListOffsetResult(Errors.TOPIC_AUTHORIZATION_FAILED)
+            elif topic is None or p.partition_index not in topic.partitions:
                 r = ListOffsetResult(Errors.UNKNOWN_TOPIC_OR_PARTITION)
             else:
                 try:
@@ -356,10 +410,28 @@ async def handle_offset_for_leader_epoch(
     apis: BrokerApis, header: RequestHeader, body: Any
 ) -> Response:
     rm = apis.replica_manager
+    # KIP-320: brokers (CLUSTER_ACTION) see every topic; consumers, those they may
+    # DESCRIBE.
+    check_topics = apis.authorizer is not None and not apis.authorize(
+        AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+    )
     topics = []
     for t in body.topics:
         parts = []
+        denied = check_topics and not apis.authorize(
+            AclOperation.DESCRIBE, ResourceType.TOPIC, t.topic
+        )
         for p in t.partitions:
+            if denied:
+                parts.append(
+                    {
+                        "error_code": Errors.TOPIC_AUTHORIZATION_FAILED,
+                        "partition": p.partition,
+                        "leader_epoch": -1,
+                        "end_offset": -1,
+                    }
+                )
+                continue
             try:
                 err, epoch, end = rm.offset_for_leader_epoch(
                     t.topic, p.partition, p.leader_epoch, getattr(p, "current_leader_epoch", -1)
@@ -405,6 +477,20 @@ def offset_for_epoch_error(header: RequestHeader, body: Any, code: int) -> Respo
 
 
 async def handle_init_producer_id(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
+    if apis.authorizer is not None:
+        if body.transactional_id is not None:
+            if not apis.authorize(
+                AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id
+            ):
+                return init_producer_id_error(
+                    header, body, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                )
+        # KIP-679: an idempotent producer needs IDEMPOTENT_WRITE on the cluster, or
+        # WRITE on some topic.
+        elif not apis.authorize(
+            AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME
+        ) and not apis.authorize_any(AclOperation.WRITE, ResourceType.TOPIC):
+            return init_producer_id_error(header, body, Errors.CLUSTER_AUTHORIZATION_FAILED)
     if body.transactional_id is not None:
         # Transactions need a transaction coordinator, which this broker does not have
         # (FindCoordinator is not advertised): refuse plainly rather than pretend.

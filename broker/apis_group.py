@@ -4,6 +4,10 @@ OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelet
 Each handler turns the request (any supported version: fields a version lacks are
 read with defaults) into calls on the group coordinator and describes the answer
 once, as plain data, for every version (`build` keeps the fields a version has).
+
+Authorization as Kafka's KafkaApis: FindCoordinator needs DESCRIBE on the group (or the
+transactional id); joining, syncing, heartbeating and leaving need READ on the group,
+refused with GROUP_AUTHORIZATION_FAILED before the coordinator sees the request.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from typing import Any
 from broker.apis_common import ApiHandler, BrokerApis, Response, answer, to_ms
 from broker.codec import RequestHeader
 from broker.group import messages as gm
-from broker.network import client_host
+from broker.security.session import current_session
+from common.acl import AclOperation, ResourceType
 from common.api_keys import ApiKey
 from common.errors import Errors
 from common.topics import GROUP_METADATA_TOPIC_NAME
@@ -26,6 +31,10 @@ GROUP_KEY, TRANSACTION_KEY = 0, 1  # FindCoordinator key types
 
 def _coordinator(apis: BrokerApis, key: str, key_type: int) -> dict[str, Any]:
     out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
+    if apis.authorizer is not None:
+        refused = _coordinator_refusal(apis, key, key_type)
+        if refused is not None:
+            return {**out, "error_code": refused, "error_message": None}
     if key_type == TRANSACTION_KEY:
         return {
             **out,
@@ -50,6 +59,24 @@ def _coordinator(apis: BrokerApis, key: str, key_type: int) -> dict[str, Any]:
     }
 
 
+def _coordinator_refusal(apis: BrokerApis, key: str, key_type: int) -> int | None:
+    """DESCRIBE on the group or transactional id the key names, else the error."""
+    if key_type == GROUP_KEY and not apis.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, key):
+        return Errors.GROUP_AUTHORIZATION_FAILED
+    if key_type == TRANSACTION_KEY and not apis.authorize(
+        AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
+    ):
+        return Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    return None
+
+
+def _may_read_group(apis: BrokerApis, group_id: str) -> bool:
+    """Kafka: a member needs READ on its group to join, sync, heartbeat or leave."""
+    return apis.authorizer is None or apis.authorize(
+        AclOperation.READ, ResourceType.GROUP, group_id
+    )
+
+
 async def handle_find_coordinator(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     key_type = getattr(body, "key_type", GROUP_KEY)
     if header.api_version >= 4:
@@ -72,7 +99,15 @@ def find_coordinator_error(header: RequestHeader, body: Any, code: int) -> Respo
 # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ---------------------------------------------------
 
 
+def _client_host() -> str:
+    """The member's host as Kafka shows it: "/127.0.0.1" ("" outside a connection)."""
+    host = current_session().client_host
+    return f"/{host}" if host else ""
+
+
 async def handle_join_group(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
+    if not _may_read_group(apis, body.group_id):
+        return join_group_error(header, body, Errors.GROUP_AUTHORIZATION_FAILED)
     v = header.api_version
     session = to_ms(body.session_timeout)
     req = gm.JoinRequest(
@@ -80,7 +115,7 @@ async def handle_join_group(apis: BrokerApis, header: RequestHeader, body: Any) 
         body.member_id,
         getattr(body, "group_instance_id", None),
         header.client_id or "",
-        client_host.get(),
+        _client_host(),
         session,
         to_ms(body.rebalance_timeout) if v >= 1 else session,
         body.protocol_type,
@@ -119,6 +154,8 @@ def join_group_error(header: RequestHeader, body: Any, code: int) -> Response:
 
 
 async def handle_sync_group(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
+    if not _may_read_group(apis, body.group_id):
+        return sync_group_error(header, body, Errors.GROUP_AUTHORIZATION_FAILED)
     req = gm.SyncRequest(
         body.group_id,
         body.generation_id,
@@ -152,6 +189,8 @@ def sync_group_error(header: RequestHeader, body: Any, code: int) -> Response:
 
 
 async def handle_heartbeat(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
+    if not _may_read_group(apis, body.group_id):
+        return heartbeat_error(header, body, Errors.GROUP_AUTHORIZATION_FAILED)
     core = apis.groups.core
     instance = getattr(body, "group_instance_id", None)
     code = await apis.groups.call(
@@ -167,6 +206,8 @@ def heartbeat_error(header: RequestHeader, body: Any, code: int) -> Response:
 
 
 async def handle_leave_group(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
+    if not _may_read_group(apis, body.group_id):
+        return leave_group_error(header, body, Errors.GROUP_AUTHORIZATION_FAILED)
     v = header.api_version
     if v >= 3:
         members = [(x.member_id, x.group_instance_id) for x in body.members]

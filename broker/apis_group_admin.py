@@ -1,5 +1,11 @@
 """Group APIs about offsets and groups as a whole: OffsetCommit, OffsetFetch,
-OffsetDelete, ListGroups, DescribeGroups, DeleteGroups (see `apis_group`)."""
+OffsetDelete, ListGroups, DescribeGroups, DeleteGroups (see `apis_group`).
+
+Authorization as Kafka's KafkaApis: the group first (READ to commit, DESCRIBE to fetch
+offsets or describe, DELETE to delete it or its offsets), then each topic (READ to
+commit or delete offsets, DESCRIBE to see them); ListGroups shows every group to a
+principal that may DESCRIBE the cluster, else only the groups it may DESCRIBE.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,20 @@ import asyncio
 from collections import defaultdict
 from typing import Any
 
-from broker.apis_common import NO_AUTHORIZED_OPERATIONS, ApiHandler, BrokerApis, Response, answer
+from broker.apis_common import (
+    NO_AUTHORIZED_OPERATIONS,
+    ApiHandler,
+    BrokerApis,
+    Response,
+    answer,
+    authorized_names,
+    authorized_operations,
+)
 from broker.codec import RequestHeader
 from broker.group import messages as gm
 from broker.group.group import GroupState
+from broker.group.records import OffsetValue
+from common.acl import CLUSTER_NAME, AclOperation, ResourceType
 from common.api_keys import ApiKey
 from common.errors import Errors
 
@@ -20,6 +36,19 @@ TP = tuple[str, int]
 def _known(apis: BrokerApis, topic: str, partition: int) -> bool:
     t = apis.image().topic_by_name(topic)
     return t is not None and partition in t.partitions
+
+
+def _may(apis: BrokerApis, operation: AclOperation, group_id: str) -> bool:
+    return apis.authorizer is None or apis.authorize(operation, ResourceType.GROUP, group_id)
+
+
+def _refused_topics(apis: BrokerApis, operation: AclOperation, topics: Any) -> set[str]:
+    """The names among `topics` (request entries with a `name`) the session may not
+    `operation`: empty without an authorizer."""
+    if apis.authorizer is None:
+        return set()
+    names = {t.name for t in topics}
+    return names - authorized_names(apis, operation, ResourceType.TOPIC, names)
 
 
 def _by_topic(codes: dict[TP, int]) -> list[dict[str, Any]]:
@@ -33,10 +62,16 @@ def _by_topic(codes: dict[TP, int]) -> list[dict[str, Any]]:
 
 
 async def handle_offset_commit(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
+    if not _may(apis, AclOperation.READ, body.group_id):
+        return offset_commit_error(header, body, Errors.GROUP_AUTHORIZATION_FAILED)
+    refused = _refused_topics(apis, AclOperation.READ, body.topics)
     codes: dict[TP, int] = {}
     offsets: list[gm.OffsetCommit] = []
     for t in body.topics:
         for p in t.partitions:
+            if t.name in refused:
+                codes[(t.name, p.partition_index)] = Errors.TOPIC_AUTHORIZATION_FAILED
+                continue
             if not _known(apis, t.name, p.partition_index):
                 codes[(t.name, p.partition_index)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
                 continue
@@ -73,24 +108,42 @@ def offset_commit_error(header: RequestHeader, body: Any, code: int) -> Response
 
 
 def _fetch_group(apis: BrokerApis, group_id: str, topics: Any) -> tuple[int, list[dict[str, Any]]]:
+    if not _may(apis, AclOperation.DESCRIBE, group_id):
+        return Errors.GROUP_AUTHORIZATION_FAILED, []
     wanted = None
+    refused: set[str] = set()
     if topics is not None:
-        wanted = [(t.name, p) for t in topics for p in t.partition_indexes]
+        # Kafka: offsets of topics the principal may not DESCRIBE stay hidden.
+        refused = _refused_topics(apis, AclOperation.DESCRIBE, topics)
+        wanted = [(t.name, p) for t in topics if t.name not in refused for p in t.partition_indexes]
     code, found = apis.groups.core.fetch_offsets(group_id, wanted)
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     if code != Errors.NONE:
         found = dict.fromkeys(wanted or [])
-    for (topic, p), v in found.items():
-        out[topic].append(
-            {
-                "partition_index": p,
-                "committed_offset": v.offset if v else -1,
-                "committed_leader_epoch": v.leader_epoch if v else -1,
-                "metadata": v.metadata if v else "",
-                "error_code": code,
-            }
+    elif topics is None and apis.authorizer is not None:  # all topics: drop the hidden ones
+        visible = authorized_names(
+            apis, AclOperation.DESCRIBE, ResourceType.TOPIC, (t for t, _ in found)
         )
+        found = {tp: v for tp, v in found.items() if tp[0] in visible}
+    for (topic, p), v in found.items():
+        out[topic].append(_offset(p, v, code))
+    if code == Errors.NONE:
+        for t in topics or ():
+            if t.name in refused:
+                out[t.name] += [
+                    _offset(p, None, Errors.TOPIC_AUTHORIZATION_FAILED) for p in t.partition_indexes
+                ]
     return code, [{"name": t, "partitions": ps} for t, ps in out.items()]
+
+
+def _offset(partition: int, v: OffsetValue | None, code: int) -> dict[str, Any]:
+    return {
+        "partition_index": partition,
+        "committed_offset": v.offset if v else -1,
+        "committed_leader_epoch": v.leader_epoch if v else -1,
+        "metadata": v.metadata if v else "",
+        "error_code": code,
+    }
 
 
 async def handle_offset_fetch(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
@@ -119,11 +172,17 @@ def offset_fetch_error(header: RequestHeader, body: Any, code: int) -> Response:
 
 
 async def handle_offset_delete(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
+    if not _may(apis, AclOperation.DELETE, body.group_id):
+        return offset_delete_error(header, body, Errors.GROUP_AUTHORIZATION_FAILED)
+    refused = _refused_topics(apis, AclOperation.READ, body.topics)
     codes: dict[TP, int] = {}
     wanted: list[TP] = []
     for t in body.topics:
         for p in t.partitions:
             tp = (t.name, p.partition_index)
+            if t.name in refused:
+                codes[tp] = Errors.TOPIC_AUTHORIZATION_FAILED
+                continue
             known = _known(apis, *tp)
             codes[tp] = Errors.NONE if known else Errors.UNKNOWN_TOPIC_OR_PARTITION
             if known:
@@ -152,10 +211,17 @@ async def handle_delete_groups(apis: BrokerApis, header: RequestHeader, body: An
     groups = apis.groups
     core = groups.core
     names = list(dict.fromkeys(body.groups_names))
+    allowed = names
+    if apis.authorizer is not None:
+        allowed = [g for g in names if _may(apis, AclOperation.DELETE, g)]
     codes = await asyncio.gather(
-        *(groups.call(lambda t, _now, g=g: core.delete_group(t, g)) for g in names)
+        *(groups.call(lambda t, _now, g=g: core.delete_group(t, g)) for g in allowed)
     )
-    results = [{"group_id": g, "error_code": c} for g, c in zip(names, codes, strict=True)]
+    by_group = dict(zip(allowed, codes, strict=True))
+    results = [
+        {"group_id": g, "error_code": by_group.get(g, Errors.GROUP_AUTHORIZATION_FAILED)}
+        for g in names
+    ]
     return answer(ApiKey.DELETE_GROUPS, header, {"throttle_time": 0, "results": results})
 
 
@@ -172,6 +238,10 @@ async def handle_list_groups(apis: BrokerApis, header: RequestHeader, body: Any)
     states = {s.lower() for s in getattr(body, "states_filter", ())}
     types = {t.lower() for t in getattr(body, "types_filter", ())}
     loading = any(not loaded for loaded in core.owned.values())
+    # Kafka: DESCRIBE on the cluster lists every group; otherwise each group needs it.
+    check_each = apis.authorizer is not None and not apis.authorize(
+        AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME
+    )
     listed = [
         {
             "group_id": g.group_id,
@@ -183,6 +253,7 @@ async def handle_list_groups(apis: BrokerApis, header: RequestHeader, body: Any)
         if core.owned.get(g.partition)
         and (not states or g.state.value.lower() in states)
         and (not types or "classic" in types)
+        and (not check_each or _may(apis, AclOperation.DESCRIBE, g.group_id))
     ]
     code = Errors.COORDINATOR_LOAD_IN_PROGRESS if loading else Errors.NONE
     return answer(
@@ -231,16 +302,33 @@ def _describe(apis: BrokerApis, group_id: str) -> dict[str, Any]:
 
 
 async def handle_describe_groups(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
-    described = [_describe(apis, g) for g in body.groups]
+    with_ops = header.api_version >= 3 and body.include_authorized_operations
+    described = []
+    for group_id in body.groups:
+        if not _may(apis, AclOperation.DESCRIBE, group_id):
+            described.append(_group_error(group_id, Errors.GROUP_AUTHORIZATION_FAILED))
+            continue
+        out = _describe(apis, group_id)
+        if with_ops and out["error_code"] == Errors.NONE:
+            out["authorized_operations"] = authorized_operations(apis, ResourceType.GROUP, group_id)
+        described.append(out)
     return answer(ApiKey.DESCRIBE_GROUPS, header, {"throttle_time": 0, "groups": described})
 
 
+def _group_error(group_id: str, code: int) -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "group_id": group_id,
+        "group_state": "",
+        "protocol_type": "",
+        "protocol_data": "",
+        "members": [],
+        "authorized_operations": NO_AUTHORIZED_OPERATIONS,
+    }
+
+
 def describe_groups_error(header: RequestHeader, body: Any, code: int) -> Response:
-    described = [
-        {"error_code": code, "group_id": g, "group_state": "", "protocol_type": "",
-         "protocol_data": "", "members": [], "authorized_operations": NO_AUTHORIZED_OPERATIONS}
-        for g in body.groups
-    ]  # fmt: skip
+    described = [_group_error(g, code) for g in body.groups]
     return answer(ApiKey.DESCRIBE_GROUPS, header, {"throttle_time": 0, "groups": described})
 
 

@@ -9,6 +9,15 @@ to instead of Kafka's controller RPCs) and `controlled.shutdown.timeout.ms`.
 
 Values are read through common/properties.py's typed getters (the controller's config
 uses the same ones). Port 0 in `listeners` binds an ephemeral port, as in Kafka.
+
+Listeners: `listeners` names any number of them (`SASL_SSL://127.0.0.1:9093,INTERNAL://
+127.0.0.1:9094`), each with a security protocol from `listener.security.protocol.map`
+(Kafka's default maps PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL to themselves). Their
+TLS and SASL settings are checked here too (broker/security/listener_security.py), so a
+missing key file or an unsupported mechanism stops start-up. The inter-broker listener
+is `inter.broker.listener.name` or `security.inter.broker.protocol` (not both); without
+either, PLAINTEXT if there is such a listener, else the first one (ours: Kafka insists
+on PLAINTEXT). Ours: `ssl.handshake.timeout.ms`, how long a TLS handshake may take.
 """
 
 from __future__ import annotations
@@ -18,6 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.group.config import GroupConfig
+from broker.security.authorizer import STANDARD_AUTHORIZER, parse_super_users
+from broker.security.listener_security import (
+    SECURITY_PROTOCOLS,
+    InterBrokerClientSecurity,
+    ListenerSecurity,
+    inter_broker_client_security,
+    listener_security,
+)
 from common.properties import ConfigError, Properties, read_properties
 from storage.config import LogConfig
 from storage.log_manager import LogManagerConfig
@@ -33,6 +50,17 @@ DEFAULTS: dict[str, str | None] = {
     "listeners": "PLAINTEXT://:9092",
     "advertised.listeners": None,
     "inter.broker.listener.name": None,
+    "security.inter.broker.protocol": None,  # Kafka: PLAINTEXT (see the module docstring)
+    "listener.security.protocol.map": (
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+    ),
+    "ssl.client.auth": "none",
+    "ssl.handshake.timeout.ms": "10000",
+    "sasl.enabled.mechanisms": "GSSAPI",
+    "sasl.mechanism.inter.broker.protocol": "GSSAPI",
+    "connections.max.idle.ms": "600000",
+    "connection.failed.authentication.delay.ms": "100",
+    "sasl.server.max.receive.size": "524288",
     "log.dirs": None,
     "num.partitions": "1",
     "default.replication.factor": "1",
@@ -71,7 +99,14 @@ DEFAULTS: dict[str, str | None] = {
     "group.max.session.timeout.ms": "1800000",
     "group.initial.rebalance.delay.ms": "3000",
     "group.max.size": "2147483647",
+    # Authorization: off while authorizer.class.name is empty.
+    "authorizer.class.name": "",
+    "super.users": None,
+    "allow.everyone.if.no.acl.found": "false",
 }
+# The authorizer class names that turn authorization on (ours has StandardAuthorizer's
+# semantics; AclAuthorizer is the ZooKeeper-era name older configs carry).
+AUTHORIZER_CLASS_NAMES = (STANDARD_AUTHORIZER, "kafka.security.authorizer.AclAuthorizer")
 
 
 @dataclass(frozen=True)
@@ -116,20 +151,37 @@ class BrokerConfig:
     offsets_topic_replication_factor: int = 3
     offsets_topic_segment_bytes: int = 104857600
     offsets_commit_timeout_ms: int = 5000
+    # Security by listener name (every listener has one), and the inter-broker client's.
+    listener_security: dict[str, ListenerSecurity] = field(default_factory=dict, repr=False)
+    inter_broker_security: InterBrokerClientSecurity | None = field(default=None, repr=False)
+    ssl_handshake_timeout_ms: int = 10000
+    connections_max_idle_ms: int = 600000
+    failed_authentication_delay_ms: int = 100
+    sasl_server_max_receive_size: int = 524288  # frames before a SASL login completes
+    authorizer_enabled: bool = False  # authorizer.class.name is set
+    super_users: frozenset[str] = frozenset()  # super.users: "User:a;User:b"
+    allow_everyone_if_no_acl_found: bool = False
     # The properties as given (after overrides), for DescribeConfigs.
     properties: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def listener(self) -> Listener:
-        """The client listener (the first one; a broker serves one Kafka listener)."""
+        """The first listener (where a single-listener broker serves everyone)."""
         return self.listeners[0]
+
+    def security(self, name: str) -> ListenerSecurity:
+        """Listener `name`'s security (PLAINTEXT for a listener built without any)."""
+        found = self.listener_security.get(name)
+        return found if found is not None else ListenerSecurity(name, "PLAINTEXT")
 
     def advertised(self, name: str) -> Listener | None:
         return next((x for x in self.advertised_listeners if x.name == name), None)
 
-    def described_configs(self) -> dict[str, tuple[str, bool]]:
-        """name -> (value, is_default) for every known property and every one given."""
-        out: dict[str, tuple[str, bool]] = {}
+    def described_configs(self) -> dict[str, tuple[str | None, bool]]:
+        """name -> (value, is_default) for every known property and every one given;
+        secrets (JAAS configs, keys, passwords) are None, as Kafka shows its
+        PASSWORD-typed configs in DescribeConfigs."""
+        out: dict[str, tuple[str | None, bool]] = {}
         for name, default in DEFAULTS.items():
             if name in self.properties:
                 out[name] = (self.properties[name], False)
@@ -137,7 +189,15 @@ class BrokerConfig:
                 out[name] = (default, True)
         for name, value in self.properties.items():
             out.setdefault(name, (value, False))
-        return out
+        return {k: (None if is_sensitive(k) else v, d) for k, (v, d) in out.items()}
+
+
+_SENSITIVE_SUFFIXES = ("sasl.jaas.config", ".password", "ssl.keystore.key", ".token")
+
+
+def is_sensitive(name: str) -> bool:
+    """Whether a property holds a secret (never shown, logged or dumped)."""
+    return name.endswith(_SENSITIVE_SUFFIXES)
 
 
 # -- .properties ----------------------------------------------------------------------------
@@ -159,26 +219,58 @@ def _listeners(props: Properties, name: str) -> tuple[Listener, ...]:
         lname = given_name.upper()
         if any(x.name == lname for x in out):
             raise ConfigError(f"{name}: listener {lname} appears twice")
-        protocol = protocols.get(lname, lname)
-        if protocol != "PLAINTEXT":
+        if port and any((x.host, x.port) == (host, port) for x in out):
+            raise ConfigError(f"{name}: listeners {lname} and another both use {host}:{port}")
+        protocol = protocols.get(lname)
+        if protocol is None:
             raise ConfigError(
-                f"{name}: listener {lname} uses security protocol {protocol}; "
-                "only PLAINTEXT is supported"
+                f"listener.security.protocol.map: no security protocol for listener {lname} "
+                f"(in {name}); add {lname}:<{'|'.join(SECURITY_PROTOCOLS)}>"
             )
         out.append(Listener(lname, host, port, protocol))
     return tuple(out)
 
 
 def _protocol_map(props: Properties) -> dict[str, str]:
+    name = "listener.security.protocol.map"
     out: dict[str, str] = {}
-    for item in props.get_list("listener.security.protocol.map"):
+    for item in props.get_list(name):
         lname, sep, protocol = item.partition(":")
+        protocol = protocol.strip().upper()
         if not sep:
+            raise ConfigError(f"{name}: expected NAME:PROTOCOL, got {item!r}")
+        if protocol not in SECURITY_PROTOCOLS:
             raise ConfigError(
-                f"listener.security.protocol.map: expected NAME:PROTOCOL, got {item!r}"
+                f"{name}: {protocol!r} is not a security protocol ({', '.join(SECURITY_PROTOCOLS)})"
             )
-        out[lname.strip().upper()] = protocol.strip().upper()
+        out[lname.strip().upper()] = protocol
     return out
+
+
+def _inter_broker_listener(props: Properties, listeners: tuple[Listener, ...]) -> str:
+    by_name = props.get_string("inter.broker.listener.name")
+    by_protocol = props.get_string("security.inter.broker.protocol")
+    if by_name and by_protocol:
+        raise ConfigError(
+            "inter.broker.listener.name and security.inter.broker.protocol: set only one"
+        )
+    names = [x.name for x in listeners]
+    if by_name:
+        inter, prop = by_name.strip().upper(), "inter.broker.listener.name"
+    elif by_protocol:
+        inter, prop = by_protocol.strip().upper(), "security.inter.broker.protocol"
+    else:
+        return "PLAINTEXT" if "PLAINTEXT" in names else names[0]
+    if inter not in names:
+        raise ConfigError(f"{prop}: no listener named {inter} (listeners: {', '.join(names)})")
+    return inter
+
+
+def _security(
+    values: Mapping[str, str], listeners: tuple[Listener, ...], inter: str
+) -> tuple[dict[str, ListenerSecurity], InterBrokerClientSecurity]:
+    by_name = {x.name: listener_security(values, x.name, x.security_protocol) for x in listeners}
+    return by_name, inter_broker_client_security(values, by_name[inter])
 
 
 def load_config(
@@ -198,8 +290,6 @@ def from_properties(values: Mapping[str, str]) -> BrokerConfig:
         )
     node_id = props.get_int("node.id", min=0)
     listeners = _listeners(props, "listeners")
-    if len(listeners) != 1:
-        raise ConfigError(f"listeners: one Kafka listener is supported, got {len(listeners)}")
     advertised_raw = props.get_string("advertised.listeners")
     if advertised_raw is None:
         advertised = listeners
@@ -217,9 +307,8 @@ def from_properties(values: Mapping[str, str]) -> BrokerConfig:
                 f"{where}: {x.name} has no routable host ({x.host or 'empty'}); "
                 "set a host clients can reach (e.g. PLAINTEXT://127.0.0.1:9092)"
             )
-    inter = (props.get_string("inter.broker.listener.name") or listeners[0].name).upper()
-    if inter not in {x.name for x in advertised}:
-        raise ConfigError(f"inter.broker.listener.name: no listener named {inter}")
+    inter = _inter_broker_listener(props, listeners)
+    security, inter_security = _security(props.values, listeners, inter)
     dirs_raw = props.get_string("log.dirs") or props.get_string("log.dir")
     if dirs_raw is None:
         raise ConfigError("log.dirs is required")
@@ -278,8 +367,40 @@ def from_properties(values: Mapping[str, str]) -> BrokerConfig:
         ),
         offsets_topic_segment_bytes=props.get_int("offsets.topic.segment.bytes", min=1),
         offsets_commit_timeout_ms=props.get_int("offsets.commit.timeout.ms", min=1),
+        listener_security=security,
+        inter_broker_security=inter_security,
+        ssl_handshake_timeout_ms=props.get_int("ssl.handshake.timeout.ms", min=1),
+        connections_max_idle_ms=props.get_int("connections.max.idle.ms", min=1),
+        failed_authentication_delay_ms=props.get_int(
+            "connection.failed.authentication.delay.ms", min=0
+        ),
+        sasl_server_max_receive_size=props.get_int("sasl.server.max.receive.size", min=64),
+        authorizer_enabled=_authorizer_enabled(props),
+        super_users=_super_users(props),
+        allow_everyone_if_no_acl_found=props.get_bool("allow.everyone.if.no.acl.found"),
         properties=props.values,
     )
+
+
+def _authorizer_enabled(props: Properties) -> bool:
+    name = props.get_string("authorizer.class.name") or ""
+    if name and name not in AUTHORIZER_CLASS_NAMES:
+        raise ConfigError(
+            f"authorizer.class.name: {name!r} is not supported; use "
+            f"{AUTHORIZER_CLASS_NAMES[0]} (or leave it empty for no authorization)"
+        )
+    return bool(name)
+
+
+def _super_users(props: Properties) -> frozenset[str]:
+    """`super.users`: principals separated by semicolons, each `Type:name`."""
+    users = parse_super_users(props.get_string("super.users"))
+    for user in users:
+        if ":" not in user:
+            raise ConfigError(
+                f"super.users: expected principals as Type:name (e.g. User:admin), got {user!r}"
+            )
+    return users
 
 
 def _group_config(props: Properties) -> GroupConfig:

@@ -8,6 +8,10 @@ the metadata loader and every write the broker sends.
   active controller: followers answer 307 with its address, or 503 while there is
   none; `post` retries across controllers until a deadline.
 Controller failover needs nothing from the broker but these retries and rotations.
+
+Security (common/controller_plane.py): https with the broker's TLS client context when
+the controller listener is SSL, and `Authorization: Bearer <token>` on every request when
+a token is configured; both set once, on the session.
 """
 
 from __future__ import annotations
@@ -22,16 +26,23 @@ import aiohttp
 import msgspec
 
 from common.clock import SYSTEM_CLOCK, Clock
+from common.controller_plane import ControllerPlaneClient
 from common.errors import Errors
 from metadata_log.controller_api import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     ErrorResponse,
@@ -64,20 +75,28 @@ class ControllerChannel:
         *,
         request_timeout_ms: int = 30_000,
         clock: Clock = SYSTEM_CLOCK,
+        security: ControllerPlaneClient | None = None,
     ) -> None:
         if not controllers:
             raise ValueError("at least one controller endpoint is needed")
         self.broker_id = broker_id
-        self.controllers = [f"http://{h}:{p}" for h, p in controllers]
+        self.security = security or ControllerPlaneClient()
+        self.controllers = [self.security.base_url(h, p) for h, p in controllers]
         self.request_timeout_s = request_timeout_ms / 1000
         self._clock = clock
         # Writes start where reads start (spread by broker id), then follow the active.
         self._writer = broker_id % len(self.controllers)
         self._session: aiohttp.ClientSession | None = None
+        self._refusal_logged = False
 
     async def start(self) -> None:
         # Each call sets its own timeout (a long-poll needs longer than a write).
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        ssl_context = self.security.ssl_context
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None),
+            headers=self.security.headers(),
+            connector=aiohttp.TCPConnector(ssl=ssl_context if ssl_context is not None else True),
+        )
 
     async def close(self) -> None:
         if self._session is not None:
@@ -88,8 +107,16 @@ class ControllerChannel:
         """(status, body, headers) of one GET; network errors raise."""
         if self._session is None:
             raise ControllerUnavailable("the controller channel is not started")
-        async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-            return resp.status, await resp.read(), resp.headers.copy()
+        try:
+            async with self._session.get(
+                url, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            ) as resp:
+                status, body = resp.status, await resp.read()
+                self._check_refusal(url, status, body)
+                return status, body, resp.headers.copy()
+        except aiohttp.ClientSSLError as exc:
+            self._log_refusal(url, f"TLS handshake failed: {exc}")
+            raise
 
     async def post(
         self,
@@ -126,8 +153,11 @@ class ControllerChannel:
                     status, data = resp.status, await resp.read()
                     location = resp.headers.get("Location")
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                if isinstance(exc, aiohttp.ClientSSLError):
+                    self._log_refusal(base, f"TLS handshake failed: {exc}")
                 log.debug("POST %s%s failed: %r", base, path, exc)
                 status, data, location = 0, b"", None
+            self._check_refusal(base, status, data)
             if status == 200:
                 self._remember_writer(base)
                 return msgspec.json.decode(data, type=resp_type)
@@ -135,8 +165,9 @@ class ControllerChannel:
                 self._remember_writer(base)
                 return None  # type: ignore[return-value]
             if status == 307 and location:
-                parts = urlsplit(location)
-                target = f"{parts.scheme or 'http'}://{parts.netloc}"
+                # Our own scheme, whatever the Location says: never send the token over
+                # http because an answer said so.
+                target = f"{self.security.scheme}://{urlsplit(location).netloc}"
                 if attempt < 3 * len(self.controllers):
                     continue  # straight to the active controller, no backoff
             elif 400 <= status < 500:
@@ -147,6 +178,22 @@ class ControllerChannel:
             await clock.sleep(min(backoff, max(0.0, (deadline_ms - clock.monotonic_ms()) / 1000)))
             backoff = min(BACKOFF_MAX_S, backoff * 2)
         raise AssertionError("unreachable")
+
+    def _check_refusal(self, where: str, status: int, body: bytes) -> None:
+        if status in (401, 403):
+            self._log_refusal(where, f"HTTP {status}: {_error(body, status).error_message}")
+
+    def _log_refusal(self, where: str, why: str) -> None:
+        """A credentials problem is a configuration error that retries cannot fix: say so
+        once at WARNING (the callers retry and log at lower levels)."""
+        if not self._refusal_logged:
+            self._refusal_logged = True
+            log.warning(
+                "the controller at %s refused this broker (%s); check "
+                "controller.quorum.http.token and the controller listener's ssl.* settings",
+                urlsplit(where).netloc,
+                why,
+            )
 
     def _remember_writer(self, base: str) -> None:
         if base in self.controllers:
@@ -169,6 +216,17 @@ class ControllerChannel:
     async def allocate_producer_ids(self, broker_epoch: int) -> AllocateProducerIdsResponse:
         req = AllocateProducerIdsRequest(self.broker_id, max(0, broker_epoch))
         return await self.post("/v1/producer-ids", req, AllocateProducerIdsResponse)
+
+    async def create_acls(self, req: CreateAclsRequest) -> CreateAclsResponse:
+        return await self.post("/v1/acls", req, CreateAclsResponse)
+
+    async def delete_acls(self, req: DeleteAclsRequest) -> DeleteAclsResponse:
+        return await self.post("/v1/acls/delete", req, DeleteAclsResponse)
+
+    async def alter_user_scram_credentials(
+        self, req: AlterUserScramCredentialsRequest
+    ) -> AlterUserScramCredentialsResponse:
+        return await self.post("/v1/scram-credentials", req, AlterUserScramCredentialsResponse)
 
 
 def _error(data: bytes, status: int) -> ErrorResponse:

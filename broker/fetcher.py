@@ -10,6 +10,10 @@ an answer means for a partition (append, truncate, HW) is the replica manager's
 
 Removing a partition waits for the answer being applied (if any) to finish, so the
 replica manager can change a partition's role without racing its fetcher.
+
+Leaders are reached on their `inter.broker.listener.name` endpoint, with that listener's
+TLS context and SASL login (broker/security/inter_broker_login.py); a refused login is
+retried with the usual backoff, like any other connection failure.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from kio.schema.types import BrokerId
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32, i64
 
+from broker.security.inter_broker_login import connect
+from broker.security.listener_security import InterBrokerClientSecurity
 from broker.shutdownable import ShutdownableTask
 from common.api_keys import ApiKey
 from common.clock import SYSTEM_CLOCK, Clock
@@ -173,9 +179,11 @@ class LeaderFetcher:
         cfg: FetcherConfig,
         broker_epoch: Callable[[], int],
         clock: Clock = SYSTEM_CLOCK,
+        security: InterBrokerClientSecurity | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
+        self.security = security
         self.source_id = source_id
         self.target = target
         self.cfg = cfg
@@ -210,7 +218,9 @@ class LeaderFetcher:
         if endpoint is None:
             raise ConnectionError(f"no endpoint known for broker {self.source_id}")
         async with asyncio.timeout(self.cfg.socket_timeout_ms / 1000):
-            self._reader, self._writer = await asyncio.open_connection(*endpoint)
+            self._reader, self._writer = await connect(
+                *endpoint, self.security, f"broker-{self.broker_id}-fetcher"
+            )
 
     async def _run(self) -> None:
         clock = self.clock
@@ -296,8 +306,10 @@ class FetcherManager:
         cfg: FetcherConfig | None = None,
         broker_epoch: Callable[[], int] = lambda: -1,
         clock: Clock = SYSTEM_CLOCK,
+        security: InterBrokerClientSecurity | None = None,
     ) -> None:
         self.broker_id = broker_id
+        self.security = security  # how we connect to leaders (TLS, SASL), None: PLAINTEXT
         self.cfg = cfg or FetcherConfig()
         self.broker_epoch = broker_epoch  # named in each fetch (KIP-903)
         self.clock = clock
@@ -315,7 +327,13 @@ class FetcherManager:
             fetcher = self._fetchers.get(source)
             if fetcher is None:
                 fetcher = LeaderFetcher(
-                    self.broker_id, source, self.target, self.cfg, self.broker_epoch, self.clock
+                    self.broker_id,
+                    source,
+                    self.target,
+                    self.cfg,
+                    self.broker_epoch,
+                    self.clock,
+                    self.security,
                 )
                 self._fetchers[source] = fetcher
                 fetcher.start()

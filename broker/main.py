@@ -85,12 +85,10 @@ async def run_broker(
         if startup in done:
             stopped.cancel()
             startup.result()  # raises what start-up raised
-            x = config.listener
             log.info(
-                "broker started id=%d listener=%s:%d epoch=%d metadata_offset=%d partitions=%d",
+                "broker started id=%d listeners=%s epoch=%d metadata_offset=%d partitions=%d",
                 config.node_id,
-                x.host,
-                x.port,
+                ",".join(f"{k.listener_name}://{k.host}:{k.port}" for k in server.listeners),
                 server.lifecycle.broker_epoch,
                 server.replica_manager.image().offset,
                 len(server.replica_manager.partitions),

@@ -18,7 +18,16 @@ Kafka's rules, enforced here:
 
 Records in Fetch responses arrive as `FileSlice`s. Slices of `sendfile_min_bytes` or
 more go out with `loop.sendfile` (zero copy); smaller ones with one `pread` and a write,
-which is faster below about 768 KiB (measurements at `SENDFILE_MIN_BYTES`).
+which is faster below about 768 KiB (measurements at `SENDFILE_MIN_BYTES`). Over TLS
+the bytes must pass through the TLS layer, so every slice is one `pread` and a write.
+
+Security (one server per listener): an SSL or SASL_SSL listener completes its TLS
+handshake within `ssl_handshake_timeout_s` or drops the connection; each connection has
+a `Session` (broker/security/session.py) set in its task before its first request, with
+the client certificate's principal on SSL listeners. On a SASL listener the frames go to
+the connection's `SaslServerAuthenticator` until it completes (before that, frames are
+limited to `sasl.server.max.receive.size`); only then do they reach the API handlers.
+TLS and SASL cost nothing per request after that: the loop below is the same.
 """
 
 from __future__ import annotations
@@ -26,18 +35,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import struct
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from typing import Any
 
 from broker.codec import CloseConnection
+from broker.security.sasl_server import SaslServerAuthenticator
+from broker.security.session import ANONYMOUS, Session, set_session
+from common.tls import principal_from_certificate
 from storage.segment import FileSlice
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_REQUEST_BYTES = 104857600  # socket.request.max.bytes
 DEFAULT_IDLE_MS = 600000  # connections.max.idle.ms
+DEFAULT_SASL_MAX_RECEIVE = 524288  # sasl.server.max.receive.size: frames before login
+DEFAULT_SSL_HANDSHAKE_TIMEOUT_S = 10.0
 # loop.sendfile waits for the transport's buffer to empty and pauses reading around
 # each call, which costs more than the copy it saves on all but large slices. Measured
 # here (2 CPUs, loopback, one fetch at a time, client in another process), per fetch:
@@ -50,10 +64,6 @@ SENDFILE_MIN_BYTES = 768 << 10
 
 _SIZE = struct.Struct(">i")
 
-# The client's address as Kafka shows it ("/127.0.0.1"), for the request being handled
-# (each connection is its own task, so its handler calls see their own value).
-client_host: ContextVar[str] = ContextVar("client_host", default="")
-
 RequestHandler = Callable[[bytes], Awaitable[Any]]
 
 
@@ -62,6 +72,8 @@ class KafkaServer:
 
     The handler returns framed bytes, a list of buffers and FileSlices, or None (no
     response, e.g. acks=0); it raises `CloseConnection` to drop the client.
+    `ssl_context` makes it a TLS listener; `authenticator` (a factory, one per
+    connection) a SASL one.
     """
 
     def __init__(
@@ -75,6 +87,13 @@ class KafkaServer:
         sendfile_min_bytes: int = SENDFILE_MIN_BYTES,
         max_connections: int | None = None,
         backlog: int = 512,
+        listener_name: str = "PLAINTEXT",
+        security_protocol: str = "PLAINTEXT",
+        ssl_context: ssl.SSLContext | None = None,
+        ssl_handshake_timeout_s: float = DEFAULT_SSL_HANDSHAKE_TIMEOUT_S,
+        authenticator: Callable[[], SaslServerAuthenticator] | None = None,
+        sasl_max_receive_bytes: int = DEFAULT_SASL_MAX_RECEIVE,
+        failed_authentication_delay_ms: int = 100,
     ) -> None:
         self.handler = handler
         self.host = host
@@ -84,6 +103,13 @@ class KafkaServer:
         self.sendfile_min_bytes = sendfile_min_bytes
         self.max_connections = max_connections
         self.backlog = backlog
+        self.listener_name = listener_name
+        self.security_protocol = security_protocol
+        self.ssl_context = ssl_context
+        self.ssl_handshake_timeout_s = ssl_handshake_timeout_s
+        self.authenticator = authenticator
+        self.sasl_max_receive_bytes = sasl_max_receive_bytes
+        self.failed_authentication_delay_s = failed_authentication_delay_ms / 1000
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -94,12 +120,21 @@ class KafkaServer:
 
     async def start(self) -> tuple[str, int]:
         """Listen; returns the bound (host, port) (port 0 picks a free one)."""
+        tls: dict[str, Any] = {}
+        if self.ssl_context is not None:
+            tls = {"ssl": self.ssl_context, "ssl_handshake_timeout": self.ssl_handshake_timeout_s}
         self._server = await asyncio.start_server(
-            self._serve, self.host, self.port, backlog=self.backlog
+            self._serve, self.host, self.port, backlog=self.backlog, **tls
         )
         host, port = self._server.sockets[0].getsockname()[:2]
         self.port = port
-        log.info("Kafka listener on %s:%d", host, port)
+        log.info(
+            "Kafka listener %s (%s) on %s:%d",
+            self.listener_name,
+            self.security_protocol,
+            host,
+            port,
+        )
         return host, port
 
     async def close(self) -> None:
@@ -124,9 +159,23 @@ class KafkaServer:
             writer.close()
             return
         self._connections.add(task)
-        if isinstance(peer, tuple) and peer:
-            client_host.set(f"/{peer[0]}")
+        session = Session(
+            self.listener_name,
+            self.security_protocol,
+            ANONYMOUS,
+            peer[0] if isinstance(peer, tuple) and peer else "",
+            self.authenticator is None,
+        )
         try:
+            if self.ssl_context is not None and self.authenticator is None:
+                ssl_object = writer.get_extra_info("ssl_object")
+                der = ssl_object.getpeercert(binary_form=True) if ssl_object else None
+                session.principal = principal_from_certificate(der) or ANONYMOUS
+            set_session(session)
+            if self.authenticator is not None and not await self._authenticate(
+                reader, writer, peer, session, self.authenticator()
+            ):
+                return
             await self._connection(reader, writer, peer)
         except (ConnectionError, OSError) as e:
             log.debug("connection %s failed: %s", peer, e)
@@ -140,29 +189,71 @@ class KafkaServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
+    async def _read_frame(
+        self, reader: asyncio.StreamReader, peer: Any, max_bytes: int
+    ) -> bytes | None:
+        """The next frame, or None when the connection must close (the reason logged)."""
+        try:
+            async with asyncio.timeout(self.idle_s):
+                size = _SIZE.unpack(await reader.readexactly(4))[0]
+                if size < 0 or size > max_bytes:
+                    log.warning(
+                        "closing %s: request size %d is outside [0, %d]", peer, size, max_bytes
+                    )
+                    return None
+                return await reader.readexactly(size)
+        except TimeoutError:
+            log.info("closing %s: idle for %.0f s", peer, self.idle_s)
+        except asyncio.IncompleteReadError as e:
+            if e.partial:
+                log.info("closing %s: connection ended inside a frame", peer)
+        return None
+
+    async def _authenticate(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer: Any,
+        session: Session,
+        auth: SaslServerAuthenticator,
+    ) -> bool:
+        """The SASL exchange; True once the client has logged in (the session says who)."""
+        max_bytes = min(self.max_request_bytes, self.sasl_max_receive_bytes)
+        while not auth.complete:
+            frame = await self._read_frame(reader, peer, max_bytes)
+            if frame is None:
+                return False
+            step = auth.receive(frame)
+            response = step.response
+            if step.dispatch:
+                try:
+                    response = await self.handler(frame)
+                except CloseConnection as e:
+                    log.warning("closing %s: %s", peer, e)
+                    return False
+            if step.failed_login:
+                log.info("closing %s: SASL authentication failed", peer)
+                await asyncio.sleep(self.failed_authentication_delay_s)  # slows guessing
+            elif step.close is not None:
+                log.warning("closing %s: %s", peer, step.close)
+            if isinstance(response, bytes | bytearray):
+                writer.write(response)
+                await writer.drain()
+            if step.close is not None:
+                return False
+        assert auth.principal is not None
+        session.principal = auth.principal
+        session.authenticated = True
+        return True
+
     async def _connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any
     ) -> None:
         loop = asyncio.get_running_loop()
+        max_bytes = self.max_request_bytes
         while True:
-            try:
-                async with asyncio.timeout(self.idle_s):
-                    size = _SIZE.unpack(await reader.readexactly(4))[0]
-                    if size < 0 or size > self.max_request_bytes:
-                        log.warning(
-                            "closing %s: request size %d is outside [0, %d]",
-                            peer,
-                            size,
-                            self.max_request_bytes,
-                        )
-                        return
-                    frame = await reader.readexactly(size)
-            except TimeoutError:
-                log.info("closing %s: idle for %.0f s", peer, self.idle_s)
-                return
-            except asyncio.IncompleteReadError as e:
-                if e.partial:
-                    log.info("closing %s: connection ended inside a frame", peer)
+            frame = await self._read_frame(reader, peer, max_bytes)
+            if frame is None:
                 return
             try:
                 response = await self.handler(frame)
@@ -183,7 +274,7 @@ class KafkaServer:
         for part in parts:
             if not isinstance(part, FileSlice):
                 writer.write(part)
-            elif part.size >= self.sendfile_min_bytes:
+            elif part.size >= self.sendfile_min_bytes and self.ssl_context is None:
                 # FileSlice holds its file open, so the bytes stay readable even if
                 # retention deletes the segment meanwhile.
                 await loop.sendfile(writer.transport, part.file, part.position, part.size)

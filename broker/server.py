@@ -1,7 +1,9 @@
 """One broker, assembled: storage, the controller channel, the broker lifecycle, the
 metadata loader and its publishers, the replica manager, the follower fetchers, the group
-coordinator, the admin facade and the Kafka listener, whose handlers (`KafkaApis`) call
-those parts directly; all on one clock.
+coordinator, the admin facade and the Kafka listeners (one server per listener, each with
+its TLS context and SASL mechanisms), whose handlers (`KafkaApis`) call those parts
+directly; all on one clock. SCRAM logins are checked against the credentials of the
+metadata image the broker has applied last.
 
 Start-up (as Kafka's BrokerServer): open and recover the logs, register, catch up with
 the metadata log up to our registration (which creates our replicas), open the Kafka
@@ -28,7 +30,12 @@ from broker.lifecycle import BrokerLifecycleManager
 from broker.metadata_loader import MetadataLoader
 from broker.network import KafkaServer
 from broker.replica_manager import ReplicaManager
+from broker.security.authorizer import StandardAuthorizer
+from broker.security.sasl_server import SaslServerFactory
 from common.clock import SYSTEM_CLOCK, Clock
+from common.controller_plane import plane_client
+from common.scram import ScramMechanism
+from metadata_log.image import ScramCredential
 from metadata_log.records import Endpoint
 from storage.log_manager import LogManager
 
@@ -47,6 +54,8 @@ class BrokerServer:
             list(config.controller_endpoints.values()),
             request_timeout_ms=config.request_timeout_ms,
             clock=clock,
+            # https and the token per the controller listener's settings (ConfigError if bad)
+            security=plane_client(config.properties),
         )
         self.lifecycle = BrokerLifecycleManager(
             self.channel,
@@ -71,6 +80,7 @@ class BrokerServer:
             ),
             broker_epoch=lambda: self.lifecycle.broker_epoch,
             clock=clock,
+            security=config.inter_broker_security,
         )
         self.alter_partitions = AlterPartitionManager(
             config.node_id, self.channel.alter_partition, lambda: self.lifecycle.broker_epoch
@@ -96,24 +106,30 @@ class BrokerServer:
             config.offsets_commit_timeout_ms,
             clock=clock,
         )
+        # None: authorization off (authorizer.class.name unset), everything allowed.
+        self.authorizer = (
+            StandardAuthorizer(config.super_users, config.allow_everyone_if_no_acl_found)
+            if config.authorizer_enabled
+            else None
+        )
         # Who sees each applied metadata batch, in this order (one line per publisher).
         self.loader.publishers += [
             self.replica_manager,  # first: the others read the replicas it made or dropped
+            *([self.authorizer] if self.authorizer is not None else []),  # the ACL bindings
             self.groups,  # loads or drops the groups of the offsets partitions we lead
-            # (to come: the authorizer, dynamic configs, SCRAM credentials)
+            # (to come: dynamic configs)
             self.lifecycle,  # last: "caught up" must mean every publisher above applied it
         ]
-        own = config.advertised(config.listener.name)
         self.apis = KafkaApis(
             config.node_id,
             config.cluster_id,
-            config.listener.name,
             self.replica_manager,
             self.groups,
             self.admin,
-            None if own is None else (own.host, own.port),
+            {x.name: (x.host, x.port) for x in config.advertised_listeners},
+            authorizer=self.authorizer,
         )
-        self.listener: KafkaServer | None = None
+        self.listeners: list[KafkaServer] = []
         self._stop_tasks = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._logs_open = False
@@ -128,14 +144,10 @@ class BrokerServer:
         self.loader.start()
         self.lifecycle.start()
         await self.lifecycle.wait_until_caught_up(float("inf"))
-        x = self.config.listener
-        self.listener = KafkaServer(
-            self.apis.handle,
-            x.host,
-            x.port,
-            max_request_bytes=self.config.socket_request_max_bytes,
-        )
-        await self.listener.start()
+        for x in self.config.listeners:
+            server = self._kafka_server(x.name, x.host, x.port)
+            self.listeners.append(server)
+            await server.start()
         self.groups.start()
         self._tasks = [
             asyncio.create_task(
@@ -152,6 +164,31 @@ class BrokerServer:
         self.lifecycle.ready_to_unfence()
         await self.lifecycle.wait_until_unfenced(float("inf"))
 
+    def _kafka_server(self, name: str, host: str, port: int) -> KafkaServer:
+        config = self.config
+        security = config.security(name)
+        sasl = None
+        if security.sasl_mechanisms:
+            sasl = SaslServerFactory(security, self.scram_credential).authenticator
+        return KafkaServer(
+            self.apis.handle,
+            host,
+            port,
+            max_request_bytes=config.socket_request_max_bytes,
+            idle_ms=config.connections_max_idle_ms,
+            listener_name=name,
+            security_protocol=security.security_protocol,
+            ssl_context=security.ssl_context,
+            ssl_handshake_timeout_s=config.ssl_handshake_timeout_ms / 1000,
+            authenticator=sasl,
+            sasl_max_receive_bytes=config.sasl_server_max_receive_size,
+            failed_authentication_delay_ms=config.failed_authentication_delay_ms,
+        )
+
+    def scram_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
+        """`user`'s SCRAM credential for `mechanism` in the latest applied metadata."""
+        return self.replica_manager.image().scram_credentials.get((user, int(mechanism)))
+
     async def controlled_shutdown(self) -> None:
         """Hand our leaderships over (the listener keeps serving meanwhile)."""
         timeout = self.config.controlled_shutdown_timeout_ms / 1000
@@ -162,10 +199,10 @@ class BrokerServer:
 
     async def shutdown(self) -> None:
         """Stop everything; after `controlled_shutdown` for a clean handover."""
-        if self.listener is not None:
+        for server in self.listeners:
             with contextlib.suppress(Exception):
-                await self.listener.close()
-            self.listener = None
+                await server.close()
+        self.listeners = []
         await self.groups.shutdown()
         await self.fetchers.shutdown()
         await self.alter_partitions.shutdown()

@@ -1,6 +1,7 @@
 """Kafka's ACL vocabulary (org.apache.kafka.common.acl and .resource): the codes of
 operations, resource types, pattern types and permissions as the wire carries them
-(CreateAcls, DescribeAcls, DeleteAcls), and one ACL binding.
+(CreateAcls, DescribeAcls, DeleteAcls), one ACL binding, the filters DescribeAcls and
+DeleteAcls name bindings with, and the checks a new binding or a filter must pass.
 
 Shared by the metadata records (bindings are records in the metadata log), the
 controller (which validates and stores them), the broker's authorizer and the tools.
@@ -74,3 +75,99 @@ class AclBinding(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     host: str  # an IP address, or WILDCARD_HOST
     operation: int
     permission_type: int
+
+
+class AclBindingFilter(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Which bindings a DescribeAcls or DeleteAcls names (Kafka's AclBindingFilter): ANY
+    codes and None strings match anything. Pattern type MATCH names every binding that
+    applies to `resource_name`: LITERAL with that name, LITERAL `*`, and PREFIXED whose
+    prefix starts the name."""
+
+    resource_type: int = ResourceType.ANY
+    resource_name: str | None = None
+    pattern_type: int = PatternType.ANY
+    principal: str | None = None
+    host: str | None = None
+    operation: int = AclOperation.ANY
+    permission_type: int = PermissionType.ANY
+
+    def matches(self, b: AclBinding) -> bool:
+        return self._matches_pattern(b) and self._matches_entry(b)
+
+    def _matches_pattern(self, b: AclBinding) -> bool:
+        # ResourcePatternFilter.matches
+        if self.resource_type != ResourceType.ANY and self.resource_type != b.resource_type:
+            return False
+        if self.pattern_type not in (PatternType.ANY, PatternType.MATCH, b.pattern_type):
+            return False
+        if self.resource_name is None:
+            return True
+        if self.pattern_type in (PatternType.ANY, b.pattern_type):
+            return self.resource_name == b.resource_name
+        if b.pattern_type == PatternType.LITERAL:  # MATCH from here on
+            return b.resource_name in (self.resource_name, WILDCARD_RESOURCE)
+        return self.resource_name.startswith(b.resource_name)  # PREFIXED
+
+    def _matches_entry(self, b: AclBinding) -> bool:
+        # AccessControlEntryFilter.matches
+        return (
+            (self.principal is None or self.principal == b.principal)
+            and (self.host is None or self.host == b.host)
+            and self.operation in (AclOperation.ANY, b.operation)
+            and self.permission_type in (PermissionType.ANY, b.permission_type)
+        )
+
+
+def _code(enum: type[IntEnum], value: int) -> IntEnum:
+    """The enum member of a wire code; UNKNOWN for a code we do not know (Kafka's fromCode)."""
+    try:
+        return enum(value)
+    except ValueError:
+        return enum(0)
+
+
+def binding_error(b: AclBinding) -> str | None:
+    """Why `b` may not be created (answered as INVALID_REQUEST), or None when it may: the
+    checks of Kafka's AclControlManager.validateNewAcl and AclApis.handleCreateAcls, plus a
+    principal of the form `Type:name` (which StandardAcl needs) and no PREFIXED `*` (a
+    pattern that matches only names starting with a star: always a mistaken wildcard)."""
+    rtype = _code(ResourceType, b.resource_type)
+    if rtype in (ResourceType.UNKNOWN, ResourceType.ANY):
+        return f"Invalid resourceType {rtype.name}"
+    ptype = _code(PatternType, b.pattern_type)
+    if ptype not in (PatternType.LITERAL, PatternType.PREFIXED):
+        return f"Invalid patternType {ptype.name}"
+    op = _code(AclOperation, b.operation)
+    if op in (AclOperation.UNKNOWN, AclOperation.ANY):
+        return f"Invalid operation {op.name}"
+    perm = _code(PermissionType, b.permission_type)
+    if perm not in (PermissionType.DENY, PermissionType.ALLOW):
+        return f"Invalid permissionType {perm.name}"
+    if not b.resource_name:
+        return "Resource name should not be empty"
+    if rtype == ResourceType.CLUSTER and b.resource_name != CLUSTER_NAME:
+        return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
+    if ptype == PatternType.PREFIXED and b.resource_name == WILDCARD_RESOURCE:
+        return "A PREFIXED pattern may not be `*`: use a LITERAL `*` to match every name"
+    if ":" not in b.principal:
+        return (
+            f"Could not parse principal from `{b.principal}` (no colon is present "
+            "separating the principal type from the principal name)"
+        )
+    return None
+
+
+def filter_error(f: AclBindingFilter) -> str | None:
+    """Why `f` may not be used (INVALID_REQUEST), or None: an UNKNOWN (or unknown) code in
+    it, as Kafka's AclControlManager.validateFilter and the requests' own checks refuse."""
+    if (
+        _code(ResourceType, f.resource_type) == ResourceType.UNKNOWN
+        or _code(PatternType, f.pattern_type) == PatternType.UNKNOWN
+    ):
+        return "Unknown patternFilter."
+    if (
+        _code(AclOperation, f.operation) == AclOperation.UNKNOWN
+        or _code(PermissionType, f.permission_type) == PermissionType.UNKNOWN
+    ):
+        return "Unknown entryFilter."
+    return None

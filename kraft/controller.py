@@ -1,8 +1,8 @@
 """The quorum controller: a thin router over Kafka-shaped managers (as Kafka's
 QuorumController), sans-I/O like them: an image, a request and `now_ms` in; a
 `Decision` (records plus the response once they commit) out. No sockets, threads,
-clocks or randomness: the node feeds time and gives the generator of topic ids (a
-simulation gives a seeded one).
+clocks or randomness: the node feeds time and gives the generators of topic ids and ACL
+ids (a simulation gives seeded ones).
 
 The managers, each in its own module:
 - `ClusterControlManager` (kraft/cluster_control.py): registrations, sessions and
@@ -11,14 +11,17 @@ The managers, each in its own module:
   changes (AlterPartition), elections, replica placement;
 - `ConfigurationControlManager` (kraft/configuration_control.py): config records and
   their validation;
-- `ProducerIdControlManager` (kraft/producer_id_control.py): producer id blocks.
+- `ProducerIdControlManager` (kraft/producer_id_control.py): producer id blocks;
+- `AclControlManager` (kraft/acl_control.py): ACL bindings (CreateAcls, DeleteAcls);
+- `ScramControlManager` (kraft/scram_control.py): SCRAM credentials
+  (AlterUserScramCredentials).
 
 The one decision that spans two managers is a broker's change of state: the cluster
 manager writes the broker's record and says which brokers it makes (un)usable, and the
 replication manager adds the partition changes that follow to the same batch, so no
 committed image ever has a fenced leader.
 
-Adding a manager (ACLs, SCRAM credentials, reassignments are next): write it in its own
+Adding a manager (reassignments are next): write it in its own
 module, with one method `(image, request, now_ms) -> Decision` per request type; build it
 in `__init__` (give it the managers it reads, never the other way round: the replication
 manager reads the cluster and configuration managers); add one row per request type to
@@ -32,18 +35,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kraft.acl_control import AclControlManager
 from kraft.cluster_control import BrokerTransition, ClusterControlManager
 from kraft.configuration_control import ConfigurationControlManager
 from kraft.decision import ControllerConfig, Decision
 from kraft.producer_id_control import ProducerIdControlManager
 from kraft.replication_control import ReplicationControlManager
+from kraft.scram_control import ScramControlManager
 from metadata_log.controller_api import (
     AllocateProducerIdsRequest,
     AlterPartitionRequest,
+    AlterUserScramCredentialsRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
     DeleteTopicsRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
@@ -59,6 +67,7 @@ class QuorumController:
         self,
         config: ControllerConfig,
         new_topic_id: Callable[[], str],
+        new_acl_id: Callable[[], str] | None = None,  # default: the topic id generator
     ) -> None:
         self.config = config
         self.cluster = ClusterControlManager(self.config)
@@ -67,6 +76,8 @@ class QuorumController:
             self.config, self.cluster, self.configuration, new_topic_id
         )
         self.producer_ids = ProducerIdControlManager(self.config)
+        self.acls = AclControlManager(self.config, new_acl_id or new_topic_id)
+        self.scram = ScramControlManager(self.config)
         self._routes: dict[type, Route] = {
             BrokerRegistrationRequest: self._register_broker,
             BrokerHeartbeatRequest: self._heartbeat,
@@ -77,6 +88,9 @@ class QuorumController:
             ElectLeadersRequest: self.replication.elect_leaders,
             IncrementalAlterConfigsRequest: self.configuration.alter_configs,
             AllocateProducerIdsRequest: self.producer_ids.allocate_producer_ids,
+            CreateAclsRequest: self.acls.create_acls,
+            DeleteAclsRequest: self.acls.delete_acls,
+            AlterUserScramCredentialsRequest: self.scram.alter_credentials,
         }
 
     def decide(self, image: MetadataImage, request: Any, now_ms: int) -> Decision:

@@ -8,6 +8,12 @@ not: `controller.quorum.http.endpoints` (each voter's HTTP API, for redirects) a
 `controller.quorum.password` (pysyncobj encrypts and authenticates Raft traffic with it;
 its wire format is pickle, so an open Raft port without one is code execution).
 
+Security of the HTTP API (common/controller_plane.py reads the shared rules): TLS when
+`listener.security.protocol.map` maps the controller listener to SSL, with the `ssl.*`
+properties (and `listener.name.<listener>.ssl.*`) of common/tls.py, `ssl.client.auth`
+for client certificates; `controller.quorum.http.token` (ours) for the bearer token;
+`super.users` to restrict which certificate principals are admitted (kraft/http_auth.py).
+
 Values are read through common/properties.py's typed getters (the broker's config uses
 the same ones). Every address here is one the other controllers connect to, so none may
 have port 0 (in `listeners` port 0 parses, as in Kafka, but must still match this node's
@@ -16,12 +22,16 @@ HTTP endpoint).
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.controller_plane import SSL, http_token, plane_protocol
 from common.properties import ConfigError, Properties, join_host_port, read_properties
+from common.tls import listener_properties, server_context
 from kraft.decision import ControllerConfig
+from kraft.http_auth import ApiAuth
 
 __all__ = ["ConfigError", "ControllerNodeConfig", "load_config"]
 
@@ -42,6 +52,9 @@ class ControllerNodeConfig:
     max_retained_records: int = 50_000
     max_body_bytes: int = 1 << 20
     unclean_leader_election: bool = False
+    # The HTTP API's TLS (None: plain http) and who may call it.
+    ssl_context: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
+    auth: ApiAuth = field(default_factory=ApiAuth)
 
     def controller_config(self) -> ControllerConfig:
         """What the sans-I/O decisions need (kraft.controller)."""
@@ -59,29 +72,53 @@ class ControllerNodeConfig:
         return None if ep is None else join_host_port(*ep)
 
 
-def _listener(props: Properties, node_id: int, http: dict[int, tuple[str, int]]) -> tuple[str, int]:
-    """The HTTP listener: the entry of `listeners` named by controller.listener.names
-    (default CONTROLLER), or the only one; defaults to this node's http endpoint."""
-    if props.get_string("listeners") is None:
-        return http[node_id]
+def _listener(
+    props: Properties, node_id: int, http: dict[int, tuple[str, int]]
+) -> tuple[str, str, int]:
+    """The HTTP listener (name, host, port): the entry of `listeners` named by
+    controller.listener.names (default CONTROLLER), or the only one; defaults to this
+    node's http endpoint."""
     names = props.get_list("controller.listener.names", DEFAULT_LISTENER_NAME)
+    if props.get_string("listeners") is None:
+        return (names[0].upper(), *http[node_id])
     parsed = props.get_listeners("listeners")
-    chosen = [(host, port) for n, host, port in parsed if n in names]
+    chosen = [(n.upper(), host, port) for n, host, port in parsed if n in names]
     if not chosen and len(parsed) == 1:
-        chosen = [parsed[0][1:]]
+        chosen = [(parsed[0][0].upper(), *parsed[0][1:])]
     if len(chosen) != 1:
         raise ConfigError(
             f"listeners: need exactly one listener named {' or '.join(names)} for the "
             f"controller's HTTP API, got {props.get_string('listeners')!r}"
         )
-    host, port = chosen[0]
+    name, host, port = chosen[0]
     if port != http[node_id][1]:
         raise ConfigError(
             f"listeners: port {port} differs from this node's entry in "
             f"controller.quorum.http.endpoints ({join_host_port(*http[node_id])}); "
             "the other controllers redirect writes there"
         )
-    return host, port
+    return name, host, port
+
+
+def _security(values: Mapping[str, str], listener: str) -> tuple[ssl.SSLContext | None, ApiAuth]:
+    """The listener's TLS context (built now, so a bad file stops start-up) and the API's
+    authentication policy."""
+    props = Properties(values)
+    context = None
+    client_certificates = False
+    if plane_protocol(values, listener) == SSL:
+        tls = listener_properties(values, listener)
+        context = server_context(tls)
+        client_certificates = (tls.get("ssl.client.auth") or "none").strip().lower() != "none"
+    super_users = frozenset(
+        u.strip() for u in (props.get_string("super.users") or "").split(";") if u.strip()
+    )
+    for user in super_users:
+        if not user.startswith("User:"):
+            raise ConfigError(
+                f"super.users: expected User:<name> entries separated by ';', got {user!r}"
+            )
+    return context, ApiAuth(http_token(values), client_certificates, super_users)
 
 
 def load_config(
@@ -112,11 +149,13 @@ def from_properties(values: Mapping[str, str]) -> ControllerNodeConfig:
             "controller.quorum.http.endpoints must name the same nodes as "
             f"controller.quorum.voters: {sorted(http)} vs {sorted(voters)}"
         )
+    listener_name, host, port = _listener(props, node_id, http)
+    ssl_context, auth = _security(values, listener_name)
     return ControllerNodeConfig(
         node_id=node_id,
         voters=voters,
         http_endpoints=http,
-        listener=_listener(props, node_id, http),
+        listener=(host, port),
         metadata_log_dir=Path(props.required("metadata.log.dir")),
         quorum_password=props.required("controller.quorum.password"),
         session_timeout_ms=props.get_int("broker.session.timeout.ms", 9000, min=100),
@@ -129,4 +168,6 @@ def from_properties(values: Mapping[str, str]) -> ControllerNodeConfig:
         # protocol, a JSON admin API needs far less.
         max_body_bytes=props.get_int("socket.request.max.bytes", 1 << 20, min=1024),
         unclean_leader_election=props.get_bool("unclean.leader.election.enable", False),
+        ssl_context=ssl_context,
+        auth=auth,
     )

@@ -80,7 +80,7 @@ async def run_controller(
     node = ControllerNode(config, quorum)
     # A long-poll holds its request for up to 30 s: don't wait for it on shutdown.
     runner = web.AppRunner(
-        make_app(node, max_body_bytes=config.max_body_bytes),
+        make_app(node, max_body_bytes=config.max_body_bytes, auth=config.auth),
         access_log=None,
         shutdown_timeout=1.0,
     )
@@ -89,12 +89,15 @@ async def run_controller(
         await node.start()
         await runner.setup()
         host, port = config.listener
-        await web.TCPSite(runner, host, port).start()
+        await web.TCPSite(runner, host, port, ssl_context=config.ssl_context).start()
+        _warn_if_exposed(config)
         log.info(
-            "controller started node=%d http=%s:%d raft=%s:%d metadata_offset=%d",
+            "controller started node=%d %s=%s:%d auth=%s raft=%s:%d metadata_offset=%d",
             config.node_id,
+            "https" if config.ssl_context else "http",
             host,
             port,
+            _auth_summary(config),
             *config.voters[config.node_id],
             quorum.next_offset,
         )
@@ -108,6 +111,36 @@ async def run_controller(
         with contextlib.suppress(TimeoutError):
             await quorum.stop()
         lock.release()
+
+
+def _auth_summary(config: ControllerNodeConfig) -> str:
+    """How callers authenticate (never the token itself)."""
+    ways = []
+    if config.auth.token is not None:
+        ways.append("token")
+    if config.auth.client_certificates:
+        ways.append("certificate")
+    return "+".join(ways) or "none"
+
+
+def _warn_if_exposed(config: ControllerNodeConfig) -> None:
+    """Say so when the API's security is partial (allowed, as Kafka allows it)."""
+    if not config.auth.enabled:
+        log.warning(
+            "the HTTP API requires no credentials: anyone who can reach %s:%d can write the "
+            "cluster's metadata (set controller.quorum.http.token and/or ssl.client.auth)",
+            *config.listener,
+        )
+    elif config.auth.token is not None and config.ssl_context is None:
+        log.warning(
+            "controller.quorum.http.token travels in clear text over http: map the "
+            "controller listener to SSL in listener.security.protocol.map"
+        )
+    if config.auth.client_certificates and not config.auth.super_users:
+        log.info(
+            "every client certificate signed by ssl.truststore's CAs may use the HTTP API "
+            "(set super.users to admit only some principals)"
+        )
 
 
 def _setup_logging(level: str) -> None:

@@ -22,28 +22,32 @@ import msgspec
 from aiohttp import web
 
 from common.errors import Errors
+from kraft.http_auth import ApiAuth, Authenticator
 from kraft.service import ControllerApiError, ControllerService, NotActiveController
 from metadata_log.controller_api import (
     AllocateProducerIdsRequest,
     AlterPartitionRequest,
+    AlterUserScramCredentialsRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
     ClusterBroker,
     ClusterDescription,
     ClusterPartition,
     ClusterTopic,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
     DeleteTopicsRequest,
     ElectLeadersRequest,
     ErrorResponse,
     IncrementalAlterConfigsRequest,
-    LogEntry,
-    LogResponse,
     QuorumStatus,
 )
+from metadata_log.controller_api import LogResponse as LogResponse  # what the JSON log decodes as
 from metadata_log.image import MetadataImage
 from metadata_log.records import decode
+from metadata_log.redactor import loggable_record
 from metadata_log.snapshot import encode_snapshot
 
 log = logging.getLogger(__name__)
@@ -70,6 +74,18 @@ class _RawLogEntry(msgspec.Struct, frozen=True):
 
 class _RawLogResponse(msgspec.Struct, frozen=True):
     records: list[_RawLogEntry]
+    next_offset: int
+
+
+class _LoggableLogEntry(msgspec.Struct, frozen=True):
+    offset: int
+    record: dict[str, Any]  # the record's JSON with its secrets redacted
+
+
+class _LoggableLogResponse(msgspec.Struct, frozen=True):
+    """The JSON form of LogResponse, for people: SCRAM salts and keys are redacted."""
+
+    records: list[_LoggableLogEntry]
     next_offset: int
 
 
@@ -244,17 +260,37 @@ def _error(
     return _json(ErrorResponse(error_code, message), status, headers)
 
 
+def _refused(status: int, message: str, token_presented: bool) -> web.Response:
+    # 401: no or bad credentials (Kafka's code for a failed authentication); 403: an
+    # authenticated principal without the right (as Kafka's ClusterAction refusal).
+    if status == 401:
+        challenge = 'Bearer realm="kraft-controller"'
+        if token_presented:
+            challenge += ', error="invalid_token"'  # RFC 6750 3.1
+        return _error(
+            401, Errors.SASL_AUTHENTICATION_FAILED, message, {"WWW-Authenticate": challenge}
+        )
+    return _error(status, Errors.CLUSTER_AUTHORIZATION_FAILED, message)
+
+
 class _Api:
-    def __init__(self, service: ControllerService, max_body_bytes: int) -> None:
+    def __init__(self, service: ControllerService, max_body_bytes: int, auth: ApiAuth) -> None:
         self.service = service
         self.max_body_bytes = max_body_bytes
+        self.authenticator = Authenticator(auth)
         self.responses: Counter[int] = Counter()
 
     @web.middleware
     async def middleware(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
-        resp = await self._guarded(request, handler)
+        # Authentication first, before any handler (or 404/405) runs: a refused request
+        # changes nothing and learns nothing about the routes.
+        refusal = self.authenticator.check(request)
+        if refusal is None:
+            resp = await self._guarded(request, handler)
+        else:
+            resp = _refused(refusal.status, refusal.message, refusal.token_presented)
         self.responses[resp.status] += 1
         return resp
 
@@ -273,7 +309,8 @@ class _Api:
                     "no active controller is known; retry shortly",
                     {"Retry-After": "1"},
                 )
-            location = f"http://{exc.leader_http}{request.raw_path}"
+            # The voters share the listener's protocol: https here means https there.
+            location = f"{request.scheme}://{exc.leader_http}{request.raw_path}"
             return _error(
                 307,
                 Errors.NOT_CONTROLLER,
@@ -352,7 +389,11 @@ class _Api:
                 [_RawLogEntry(o, msgspec.Raw(b)) for o, b in entries], next_offset
             )
             return web.Response(body=_msgpack_encoder.encode(raw), content_type=MSGPACK)
-        return _json(LogResponse([LogEntry(o, decode(b)) for o, b in entries], next_offset))
+        return _json(
+            _LoggableLogResponse(
+                [_LoggableLogEntry(o, loggable_record(decode(b))) for o, b in entries], next_offset
+            )
+        )
 
     async def metadata_snapshot(self, request: web.Request) -> web.Response:
         image, next_offset = self.service.snapshot()
@@ -378,8 +419,11 @@ class _Api:
         return web.Response(body=text.encode(), headers={"Content-Type": PROMETHEUS})
 
 
-def make_app(service: ControllerService, *, max_body_bytes: int = 1 << 20) -> web.Application:
-    api = _Api(service, max_body_bytes)
+def make_app(
+    service: ControllerService, *, max_body_bytes: int = 1 << 20, auth: ApiAuth | None = None
+) -> web.Application:
+    """The API; `auth` (kraft/http_auth.py) says who may call it (None: anyone)."""
+    api = _Api(service, max_body_bytes, auth or ApiAuth())
     app = web.Application(client_max_size=max_body_bytes, middlewares=[api.middleware])
     writes: list[tuple[str, type[Any], Callable[[Any], Awaitable[msgspec.Struct | None]]]] = [
         ("/v1/brokers/register", BrokerRegistrationRequest, service.register_broker),
@@ -391,6 +435,13 @@ def make_app(service: ControllerService, *, max_body_bytes: int = 1 << 20) -> we
         ("/v1/partitions/create", CreatePartitionsRequest, service.create_partitions),
         ("/v1/leaders/elect", ElectLeadersRequest, service.elect_leaders),
         ("/v1/configs", IncrementalAlterConfigsRequest, service.alter_configs),
+        ("/v1/acls", CreateAclsRequest, service.create_acls),
+        ("/v1/acls/delete", DeleteAclsRequest, service.delete_acls),
+        (
+            "/v1/scram-credentials",
+            AlterUserScramCredentialsRequest,
+            service.alter_user_scram_credentials,
+        ),
     ]
     for path, req_type, call in writes:
         app.router.add_post(path, api.write_route(req_type, call))

@@ -34,14 +34,20 @@ from metadata_log.controller_api import (
     AllocateProducerIdsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     ElectLeadersRequest,
@@ -72,10 +78,12 @@ class ControllerNode:
         self.config = config
         self.node_id = config.node_id
         self.quorum = quorum
-        # Topic ids are the one random thing the controller hands out: drawn here, in the
-        # shell, so the decisions stay deterministic for a given generator.
+        # Topic and ACL ids are the random things the controller hands out: drawn here, in
+        # the shell, so the decisions stay deterministic for given generators.
         self.controller = controller or QuorumController(
-            config.controller_config(), new_topic_id=lambda: str(uuid.uuid4())
+            config.controller_config(),
+            new_topic_id=lambda: str(uuid.uuid4()),
+            new_acl_id=lambda: str(uuid.uuid4()),
         )
         self.tick_interval_s = tick_interval_s
         self.noop_interval_s = noop_interval_s
@@ -291,6 +299,17 @@ class ControllerNode:
         _, result = await self._write(req)
         if result is not None and result.status != AppendStatus.OK:
             raise ControllerApiError(Errors.INVALID_REQUEST, result.error or "not applied")
+
+    async def create_acls(self, req: CreateAclsRequest) -> CreateAclsResponse:
+        return await self._call(req)
+
+    async def delete_acls(self, req: DeleteAclsRequest) -> DeleteAclsResponse:
+        return await self._call(req)
+
+    async def alter_user_scram_credentials(
+        self, req: AlterUserScramCredentialsRequest
+    ) -> AlterUserScramCredentialsResponse:
+        return await self._call(req)
 
     # -- reads (any node: committed state) -----------------------------------------------------
 

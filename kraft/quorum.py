@@ -154,6 +154,9 @@ class Quorum:
             journalFile=str(self.data_dir / "raft.journal"),
             fullDumpFile=str(self.data_dir / "raft.dump"),
             password=self._password,
+            # Bind the voter's own address: without it pysyncobj binds 0.0.0.0, exposing
+            # the Raft port on every interface whatever controller.quorum.voters says.
+            bindAddress=f"{host}:{port}" if host else None,
             onStateChanged=self._on_state_changed,
             # Compaction pickles the state in a forked child (pysyncobj's default): an
             # in-thread dump of a large image takes >1 s and would stall heartbeats.

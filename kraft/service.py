@@ -14,14 +14,20 @@ from metadata_log.controller_api import (
     AllocateProducerIdsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     ElectLeadersRequest,
@@ -66,6 +72,11 @@ class ControllerService(Protocol):
     async def create_partitions(self, req: CreatePartitionsRequest) -> CreatePartitionsResponse: ...
     async def elect_leaders(self, req: ElectLeadersRequest) -> ElectLeadersResponse: ...
     async def alter_configs(self, req: IncrementalAlterConfigsRequest) -> None: ...
+    async def create_acls(self, req: CreateAclsRequest) -> CreateAclsResponse: ...
+    async def delete_acls(self, req: DeleteAclsRequest) -> DeleteAclsResponse: ...
+    async def alter_user_scram_credentials(
+        self, req: AlterUserScramCredentialsRequest
+    ) -> AlterUserScramCredentialsResponse: ...
 
     # -- reads (any controller: committed state) --------------------------------------------
     def status(self) -> QuorumStatus: ...

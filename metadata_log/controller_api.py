@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from common.acl import AclBinding, AclBindingFilter
 from metadata_log.records import Endpoint, Record
 
 
@@ -194,6 +195,82 @@ class IncrementalAlterConfigsRequest(_Body):
     delete: list[str] = msgspec.field(default_factory=list)
 
 
+# -- ACLs and SCRAM credentials ----------------------------------------------------------------
+
+MAX_ACL_OPS = 10_000  # Kafka's MAX_RECORDS_PER_USER_OP: bindings created or removed at once
+Int8 = Annotated[int, msgspec.Meta(ge=-128, le=127)]
+
+
+class CreateAclsRequest(_Body):
+    creations: Annotated[list[AclBinding], msgspec.Meta(min_length=1, max_length=MAX_ACL_OPS)]
+
+
+class AclCreationResult(_Reply):
+    error_code: int
+    error_message: str | None = None
+
+
+class CreateAclsResponse(_Reply):
+    results: list[AclCreationResult]  # one per creation, in order
+
+
+class DeleteAclsRequest(_Body):
+    filters: Annotated[list[AclBindingFilter], msgspec.Meta(min_length=1, max_length=1000)]
+
+
+class DeleteAclsFilterResult(_Reply):
+    error_code: int
+    error_message: str | None = None
+    matching_acls: list[AclBinding] = msgspec.field(default_factory=list)  # the ones removed
+
+
+class DeleteAclsResponse(_Reply):
+    filter_results: list[DeleteAclsFilterResult]  # one per filter, in order
+
+
+# User names, salts and keys have no bound of their own (Kafka has none): the body size
+# bounds them, and a bad one is refused for its user alone (an empty name, for one).
+
+
+class ScramCredentialDeletion(_Body):
+    name: str
+    mechanism: Int8  # common.scram.ScramMechanism code
+
+
+class ScramCredentialUpsertion(_Body):
+    """A credential as the broker derived it from the client's salted password (KIP-554):
+    the salted password itself never leaves the broker."""
+
+    name: str
+    mechanism: Int8
+    iterations: Int32
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+
+    def __repr__(self) -> str:  # keys and salt stay out of logs and tracebacks
+        return f"ScramCredentialUpsertion(name={self.name!r}, mechanism={self.mechanism})"
+
+
+class AlterUserScramCredentialsRequest(_Body):
+    deletions: Annotated[list[ScramCredentialDeletion], msgspec.Meta(max_length=MAX_ACL_OPS)] = (
+        msgspec.field(default_factory=list)
+    )
+    upsertions: Annotated[list[ScramCredentialUpsertion], msgspec.Meta(max_length=MAX_ACL_OPS)] = (
+        msgspec.field(default_factory=list)
+    )
+
+
+class AlterUserScramCredentialsResult(_Reply):
+    user: str
+    error_code: int
+    error_message: str | None = None
+
+
+class AlterUserScramCredentialsResponse(_Reply):
+    results: list[AlterUserScramCredentialsResult]  # one per user named
+
+
 class ErrorResponse(_Reply):
     error_code: int
     error_message: str
@@ -220,7 +297,9 @@ class LogEntry(msgspec.Struct, frozen=True):
 
 
 class LogResponse(msgspec.Struct, frozen=True):
-    """GET /v1/metadata/log. The msgpack form decodes with this same type."""
+    """GET /v1/metadata/log?format=msgpack (what brokers read). The JSON form has the same
+    shape with SCRAM salts and keys redacted (metadata_log/redactor.py), so only a log
+    without credentials decodes from JSON with this type."""
 
     records: list[LogEntry]
     next_offset: int

@@ -48,6 +48,9 @@ class ScramCredential(msgspec.Struct, frozen=True):
     server_key: bytes
     iterations: int
 
+    def __repr__(self) -> str:  # the salt and keys stay out of logs and tracebacks
+        return f"ScramCredential(iterations={self.iterations})"
+
 
 class TopicImage(msgspec.Struct, frozen=True):
     name: str

@@ -134,6 +134,12 @@ class UserScramCredentialRecord(_Record, tag="user_scram_credential"):
     server_key: bytes
     iterations: int
 
+    def __repr__(self) -> str:  # the salt and keys stay out of logs and tracebacks
+        return (
+            f"UserScramCredentialRecord(name={self.name!r}, mechanism={self.mechanism}, "
+            f"iterations={self.iterations})"
+        )
+
 
 class RemoveUserScramCredentialRecord(_Record, tag="remove_user_scram_credential"):
     name: str

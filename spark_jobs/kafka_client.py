@@ -18,6 +18,7 @@ import io
 import itertools
 import re
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable, Iterable
@@ -33,21 +34,31 @@ from kio.schema.list_offsets.v7.request import (
 from kio.schema.list_offsets.v7.response import ListOffsetsResponse
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.metadata.v12.response import MetadataResponse
-from kio.schema.request_header.v2.header import RequestHeader
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
 from kio.schema.types import BrokerId, TopicName
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i8, i16, i32, i64
 
 from common.errors import Errors
+from common.sasl_client import SaslClientError, sasl_client
 from common.varint import read_uvarint, skip_tagged_fields
+from spark_jobs.security import ClientSecurity
 
 TP = tuple[str, int]
 T = TypeVar("T")
 
 _SIZE = struct.Struct(">i")
-_write_header = entity_writer(RequestHeader)
 _READERS: dict[type, Callable[[bytes, int], tuple[Any, int]]] = {
-    cls: entity_reader(cls) for cls in (MetadataResponse, ListOffsetsResponse)
+    cls: entity_reader(cls)
+    for cls in (
+        MetadataResponse,
+        ListOffsetsResponse,
+        SaslHandshakeResponse,
+        SaslAuthenticateResponse,
+    )
 }
 RETRY_BACKOFF_S = 0.1  # Kafka's retry.backoff.ms
 
@@ -85,15 +96,68 @@ class FetchedPartition:
     records: bytes | memoryview
 
 
-class BrokerConnection:
-    """One socket to one broker; request, then read its answer (no pipelining)."""
+class AuthenticationError(KafkaCallError):
+    """The broker refused our credentials (or its TLS certificate was not trusted)."""
 
-    def __init__(self, address: tuple[str, int], client_id: str, timeout_s: float) -> None:
+
+class BrokerConnection:
+    """One socket to one broker; request, then read its answer (no pipelining). With
+    TLS the socket is wrapped first; with SASL the login runs before any request."""
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        client_id: str,
+        timeout_s: float,
+        security: ClientSecurity | None = None,
+        tls_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.address = address
         self._client_id = client_id
-        self._sock = socket.create_connection(address, timeout=timeout_s)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = socket.create_connection(address, timeout=timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
         self._correlation = itertools.count(1)
+        try:
+            if security is not None and tls_context is not None and security.tls:
+                try:
+                    self._sock = security.wrap(sock, address[0], tls_context)
+                except ssl.SSLCertVerificationError as e:
+                    raise AuthenticationError(
+                        f"TLS to broker {address[0]}:{address[1]}: {e.verify_message}"
+                    ) from None
+            if security is not None and security.sasl:
+                self._login(security)
+        except BaseException:
+            sock.close()
+            raise
+
+    def _login(self, security: ClientSecurity) -> None:
+        """SaslHandshake v1, then SaslAuthenticate v2 until the mechanism completes."""
+        assert security.mechanism and security.username is not None
+        handshake = self.call(SaslHandshakeRequest(mechanism=security.mechanism),
+                              SaslHandshakeResponse)  # fmt: skip
+        if handshake.error_code != Errors.NONE:
+            raise AuthenticationError(
+                f"broker {self.address[0]}:{self.address[1]} does not offer SASL "
+                f"{security.mechanism} (it offers {', '.join(handshake.mechanisms) or 'none'})"
+            )
+        client = sasl_client(security.mechanism, security.username, security.password or "")
+        token: bytes | None = client.initial()
+        while token is not None:
+            resp = self.call(SaslAuthenticateRequest(auth_bytes=token), SaslAuthenticateResponse)
+            if resp.error_code != Errors.NONE:
+                raise AuthenticationError(
+                    f"SASL {security.mechanism} login to broker {self.address[0]}:"
+                    f"{self.address[1]} failed: {Errors(resp.error_code).name}: "
+                    f"{resp.error_message or ''}".rstrip(": ")
+                )
+            try:
+                token = client.step(resp.auth_bytes)
+            except SaslClientError as e:
+                raise AuthenticationError(f"SASL {security.mechanism}: {e}") from None
+        if not client.complete:
+            raise AuthenticationError(f"SASL {security.mechanism}: the login did not complete")
 
     def call(self, request: Any, response_cls: type[T]) -> T:
         """Send `request`, decode its answer with kio."""
@@ -107,9 +171,10 @@ class BrokerConnection:
         correlation_id = next(self._correlation)
         buf = io.BytesIO()
         buf.write(b"\0\0\0\0")
-        _write_header(
+        header_cls = request.__header_schema__  # v2 for flexible requests, else v1
+        entity_writer(header_cls)(
             buf,
-            RequestHeader(
+            header_cls(
                 request_api_key=i16(request.__api_key__),
                 request_api_version=i16(request.__version__),
                 correlation_id=i32(correlation_id),
@@ -127,7 +192,8 @@ class BrokerConnection:
             raise ConnectionError(
                 f"broker {self.address} answered correlation id {got}, expected {correlation_id}"
             )
-        return answer, skip_tagged_fields(answer, 4)
+        # Flexible answers have a v1 header (tagged fields after the correlation id).
+        return answer, skip_tagged_fields(answer, 4) if request.__flexible__ else 4
 
     def _read_frame(self) -> bytearray:
         (size,) = _SIZE.unpack(self._recv_exactly(4))
@@ -157,8 +223,11 @@ class KafkaClient:
         client_id: str = "kraft-spark",
         request_timeout_ms: int = 30_000,
         api_timeout_ms: int = 60_000,
+        security: ClientSecurity | None = None,
     ) -> None:
         self._bootstrap = bootstrap
+        self._security = security or ClientSecurity()
+        self._tls = self._security.context() if self._security.tls else None
         self._client_id = client_id
         self._timeout_s = request_timeout_ms / 1000
         self.api_timeout_s = api_timeout_ms / 1000
@@ -235,7 +304,8 @@ class KafkaClient:
             for leader, tps in by_leader.items():
                 try:
                     resp = self._call_broker(
-                        leader, _list_offsets_request(tps, todo, read_committed),
+                        leader,
+                        _list_offsets_request(tps, todo, read_committed),
                         ListOffsetsResponse,
                     )
                 except OSError as e:
@@ -328,7 +398,9 @@ class KafkaClient:
     def _conn(self, address: tuple[str, int]) -> BrokerConnection:
         conn = self._conns.get(address)
         if conn is None:
-            conn = BrokerConnection(address, self._client_id, self._timeout_s)
+            conn = BrokerConnection(
+                address, self._client_id, self._timeout_s, self._security, self._tls
+            )
             self._conns[address] = conn
         return conn
 
@@ -378,8 +450,7 @@ def _list_offsets_request(
         replica_id=BrokerId(-1),
         isolation_level=i8(1 if read_committed else 0),
         topics=tuple(
-            ListOffsetsTopic(name=TopicName(t), partitions=tuple(ps))
-            for t, ps in by_topic.items()
+            ListOffsetsTopic(name=TopicName(t), partitions=tuple(ps)) for t, ps in by_topic.items()
         ),
     )
 

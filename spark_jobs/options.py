@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from spark_jobs.security import ClientSecurity, SecurityOptionError, parse_security
+
 TP = tuple[str, int]
 
 EARLIEST = -2  # Kafka's ListOffsets sentinels, as Spark's JSON offsets use them
@@ -68,6 +70,8 @@ class SourceOptions:
     max_partition_fetch_bytes: int = 1_048_576  # kafka.max.partition.fetch.bytes
     read_committed: bool = False  # kafka.isolation.level
     client_id: str = "kraft-spark"
+    # kafka.security.protocol, kafka.sasl.*, kafka.ssl.* (spark_jobs/security.py)
+    security: ClientSecurity = field(default_factory=ClientSecurity)
 
     @property
     def bootstrap(self) -> list[tuple[str, int]]:
@@ -124,11 +128,18 @@ def parse_options(raw: Mapping[str, str], streaming: bool = False) -> SourceOpti
         starting_timestamp_strategy=strategy,
         request_timeout_ms=_positive(opts, "kafka.request.timeout.ms") or 30_000,
         api_timeout_ms=_positive(opts, "kafka.default.api.timeout.ms") or 60_000,
-        max_partition_fetch_bytes=_positive(opts, "kafka.max.partition.fetch.bytes")
-        or 1_048_576,
+        max_partition_fetch_bytes=_positive(opts, "kafka.max.partition.fetch.bytes") or 1_048_576,
         read_committed=_isolation(opts),
         client_id=opts.get("kafka.client.id", "kraft-spark"),
+        security=_security(opts),
     )
+
+
+def _security(opts: dict[str, str]) -> ClientSecurity:
+    try:
+        return parse_security(opts)
+    except SecurityOptionError as e:
+        raise SourceOptionError(str(e)) from None
 
 
 def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
@@ -247,6 +258,7 @@ def _positive(opts: dict[str, str], key: str) -> int | None:
 def _isolation(opts: dict[str, str]) -> bool:
     level = opts.get("kafka.isolation.level", "read_uncommitted").strip().lower()
     if level not in ("read_uncommitted", "read_committed"):
-        raise SourceOptionError(f"kafka.isolation.level must be read_uncommitted or "
-                                f"read_committed, got {level!r}")
+        raise SourceOptionError(
+            f"kafka.isolation.level must be read_uncommitted or read_committed, got {level!r}"
+        )
     return level == "read_committed"

@@ -37,7 +37,7 @@ class OffsetRange:
 
 def client_for(o: SourceOptions) -> KafkaClient:
     """The driver's client for planning (and for a stream's offsets), from the options."""
-    return KafkaClient(o.bootstrap, o.client_id, o.request_timeout_ms, o.api_timeout_ms)
+    return KafkaClient(o.bootstrap, o.client_id, o.request_timeout_ms, o.api_timeout_ms, o.security)
 
 
 def resolve_partitions(client: KafkaClient, sub: Subscription) -> list[TP]:
@@ -123,15 +123,17 @@ def starting_offsets(client: KafkaClient, o: SourceOptions) -> tuple[list[TP], d
     """The subscription's partitions and where reading them starts (batch and stream)."""
     tps = resolve_partitions(client, o.subscription)
     start = resolve_offsets(
-        client, tps, o.starting, starting=True, read_committed=o.read_committed,
+        client,
+        tps,
+        o.starting,
+        starting=True,
+        read_committed=o.read_committed,
         timestamp_strategy=o.starting_timestamp_strategy,
     )
     return tps, start
 
 
-def offset_ranges(
-    tps: list[TP], start: dict[TP, int], end: dict[TP, int]
-) -> list[OffsetRange]:
+def offset_ranges(tps: list[TP], start: dict[TP, int], end: dict[TP, int]) -> list[OffsetRange]:
     ranges = []
     for tp in tps:
         if end[tp] < start[tp]:

@@ -30,6 +30,7 @@ from spark_jobs.arrow_records import decode_records
 from spark_jobs.kafka_client import RETRY_BACKOFF_S, KafkaCallError, KafkaClient
 from spark_jobs.options import EARLIEST, LATEST, SourceOptions
 from spark_jobs.planner import OffsetRange
+from spark_jobs.security import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class ReadSettings:
     read_committed: bool
     fail_on_data_loss: bool
     include_headers: bool
+    security: ClientSecurity = ClientSecurity()
 
     @classmethod
     def of(cls, o: SourceOptions) -> ReadSettings:
@@ -73,6 +75,7 @@ class ReadSettings:
             o.read_committed,
             o.fail_on_data_loss,
             o.include_headers,
+            o.security,
         )
 
 
@@ -80,7 +83,9 @@ def read_range(r: OffsetRange, s: ReadSettings) -> Iterator[pa.RecordBatch]:
     """Every record of `r`, in offset order, in Arrow batches of >= 8k rows (bar the last)."""
     if r.size <= 0:
         return
-    with KafkaClient(s.bootstrap, s.client_id, s.request_timeout_ms, s.api_timeout_ms) as c:
+    with KafkaClient(
+        s.bootstrap, s.client_id, s.request_timeout_ms, s.api_timeout_ms, s.security
+    ) as c:
         pending: list[pa.RecordBatch] = []
         rows = 0
         for batch in _fetch_batches(c, r, s):
@@ -116,8 +121,10 @@ def _fetch_batches(c: KafkaClient, r: OffsetRange, s: ReadSettings) -> Iterator[
                 leader = c.leaders([tp])[tp]
             got = c.fetch_once(leader, tp, offset, max_bytes, s.read_committed)
         except KafkaCallError as e:  # no leader found within the deadline
-            raise KafkaCallError(f"{r.topic}-{r.partition}: read [{r.from_offset}, "
-                                 f"{r.until_offset}) stopped at offset {offset}: {e}") from e
+            raise KafkaCallError(
+                f"{r.topic}-{r.partition}: read [{r.from_offset}, "
+                f"{r.until_offset}) stopped at offset {offset}: {e}"
+            ) from e
         except OSError as e:
             last_problem = f"broker unreachable ({e})"
             leader = None
@@ -131,8 +138,7 @@ def _fetch_batches(c: KafkaClient, r: OffsetRange, s: ReadSettings) -> Iterator[
             continue
         if got.error != Errors.NONE:
             if not got.error.retriable:
-                raise KafkaCallError(f"Fetch {r.topic}-{r.partition} at {offset}: "
-                                     f"{got.error.name}")
+                raise KafkaCallError(f"Fetch {r.topic}-{r.partition} at {offset}: {got.error.name}")
             last_problem = got.error.name
             leader = None
             c.forget_metadata()
@@ -149,8 +155,10 @@ def _fetch_batches(c: KafkaClient, r: OffsetRange, s: ReadSettings) -> Iterator[
         if next_offset <= offset:
             # Only a partial batch came back: one batch is larger than we asked for.
             if max_bytes >= MAX_FETCH_BYTES:
-                raise KafkaCallError(f"{r.topic}-{r.partition}: the batch at {offset} is "
-                                     f"larger than {MAX_FETCH_BYTES} bytes")
+                raise KafkaCallError(
+                    f"{r.topic}-{r.partition}: the batch at {offset} is "
+                    f"larger than {MAX_FETCH_BYTES} bytes"
+                )
             max_bytes = min(max_bytes * 2, MAX_FETCH_BYTES)
             continue
         offset = next_offset
@@ -173,8 +181,10 @@ def _after_out_of_range(c: KafkaClient, r: OffsetRange, offset: int, s: ReadSett
         problem = f"Cannot fetch records in [{offset}, {lost_until}) of {r.topic}-{r.partition}"
         resume = lost_until
     elif offset >= latest:
-        problem = (f"Cannot fetch records in [{offset}, {r.until_offset}) of "
-                   f"{r.topic}-{r.partition}: the log now ends at {latest}")
+        problem = (
+            f"Cannot fetch records in [{offset}, {r.until_offset}) of "
+            f"{r.topic}-{r.partition}: the log now ends at {latest}"
+        )
         resume = r.until_offset
     else:
         return offset  # the partition moved on while we asked (a new leader): try again

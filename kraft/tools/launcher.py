@@ -10,6 +10,12 @@ and its data. A restarted node keeps its ports and data.
 
 Everything here is synchronous (subprocess, urllib): callers on an event loop should call
 the waits through `asyncio.to_thread` if the loop must keep serving meanwhile.
+
+A secured controller plane (https, a bearer token; common/controller_plane.py) needs
+nothing from callers: a controller's probes read how to reach it from its own properties
+file (scheme, `controller.quorum.http.token`, its `ssl.truststore.*` as the CA and its
+keystore as the client certificate). Set `NodeProcess.plane` to probe with other
+credentials (e.g. `plane_client(read_properties("client.properties"))`).
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+
+from common.controller_plane import ControllerPlaneClient, plane_client
+from common.properties import ConfigError, read_properties
 
 DEFAULT_HOST = "127.0.0.1"
 POLL_INTERVAL_S = 0.05
@@ -74,6 +83,11 @@ class NodeProcess:
     python: str = sys.executable
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     paused: bool = field(default=False, repr=False)
+    # How to call a controller's HTTP API; None: as its properties file says.
+    plane: ControllerPlaneClient | None = field(default=None, repr=False)
+    _file_plane: ControllerPlaneClient | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def properties_path(self) -> Path:
@@ -85,12 +99,31 @@ class NodeProcess:
 
     @property
     def address(self) -> str:
-        """"host:port": a broker's bootstrap server, a controller's HTTP API (what
+        """The "host:port": a broker's bootstrap server, a controller's HTTP API (what
         `kraft metadata --controller` takes)."""
         return f"{self.host}:{self.port}"
 
     def url(self, path: str) -> str:
-        return f"http://{self.address}{path}"
+        return f"{self.plane_client().base_url(self.host, self.port)}{path}"
+
+    def plane_client(self) -> ControllerPlaneClient:
+        """`plane` if set, else what the node's properties file says (plain http when
+        it has none yet)."""
+        if self.plane is not None:
+            return self.plane
+        if self._file_plane is None:
+            if not self.properties_path.exists():
+                return ControllerPlaneClient()
+            try:
+                self._file_plane = plane_client(read_properties(self.properties_path))
+            except ConfigError as exc:
+                raise LauncherError(f"{self.properties_path}: {exc}") from None
+        return self._file_plane
+
+    def get_json(self, path: str, timeout_s: float = 1.0) -> Any:
+        """GET `path` from this controller's HTTP API with its credentials: the decoded
+        JSON body of a 200, else None."""
+        return _get_json(self.url(path), timeout_s, self.plane_client())
 
     @property
     def pid(self) -> int | None:
@@ -106,6 +139,7 @@ class NodeProcess:
                 raise LauncherError(f"property {key!r} has an empty key or a line break")
         text = "".join(f"{k}={_escape(v)}\n" for k, v in props.items())
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._file_plane = None  # read again from the new file
         fd = os.open(self.properties_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -176,7 +210,7 @@ class NodeProcess:
     def status(self, timeout_s: float = 1.0) -> dict[str, Any] | None:
         """A controller's GET /v1/quorum/status, or None if it does not answer 200 with
         JSON."""
-        body = _get_json(self.url("/v1/quorum/status"), timeout_s)
+        body = self.get_json("/v1/quorum/status", timeout_s)
         return body if isinstance(body, dict) else None
 
     def log_tail(self, lines: int = 15) -> str:
@@ -193,9 +227,12 @@ def _escape(value: str) -> str:
     return "\\" + out if out[:1] in (" ", "\t") else out
 
 
-def _get_json(url: str, timeout_s: float = 1.0) -> Any:
+def _get_json(url: str, timeout_s: float, plane: ControllerPlaneClient) -> Any:
+    request = urllib.request.Request(url, headers=plane.headers())
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - loopback
+        with urllib.request.urlopen(  # noqa: S310 - a node of ours
+            request, timeout=timeout_s, context=plane.ssl_context
+        ) as resp:
             return json.loads(resp.read())
     except (OSError, urllib.error.URLError, ValueError):
         return None
@@ -236,7 +273,7 @@ def cluster_state(controllers: Iterable[NodeProcess]) -> dict[str, Any] | None:
     running = running_nodes(controllers)
     ordered = sorted(running, key=lambda c: not bool((c.status(0.5) or {}).get("active")))
     for c in ordered:
-        state = _get_json(c.url("/v1/cluster"))
+        state = c.get_json("/v1/cluster")
         if isinstance(state, dict):
             return state
     return None

@@ -228,7 +228,7 @@ class BrokerThread:
         self.thread.start()
         self.runtime = FakeRuntime(root)
         rt = self.runtime  # the replica manager and the admin facade, both faked
-        self.apis = KafkaApis(BROKER_ID, CLUSTER_ID, "PLAINTEXT", rt, rt.groups, rt)  # type: ignore[arg-type]
+        self.apis = KafkaApis(BROKER_ID, CLUSTER_ID, rt, rt.groups, rt)  # type: ignore[arg-type]
         self.server = KafkaServer(self.apis.handle, "127.0.0.1", 0, **server_options)
         self.host, self.port = self.call(self.server.start())
         self.runtime.set_endpoint(self.host, self.port)

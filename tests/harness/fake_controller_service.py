@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 from aiohttp.test_utils import TestClient, TestServer
 
+from common.acl import AclBinding, AclBindingFilter
 from common.errors import Errors
 from kraft.http_api import make_app
 from kraft.service import NotActiveController
@@ -86,6 +87,18 @@ WRITES: list[tuple[str, str, bytes, object, object]] = [
     ("/v1/configs", "alter_configs",
      b'{"resource_type": 2, "resource_name": "t", "set": {"a": "1"}, "delete": ["b"]}',
      api.IncrementalAlterConfigsRequest(2, "t", {"a": "1"}, ["b"]), None),
+    ("/v1/acls", "create_acls",
+     b'{"creations": [{"resource_type": 2, "resource_name": "t", "pattern_type": 3, '
+     b'"principal": "User:a", "host": "*", "operation": 3, "permission_type": 3}]}',
+     api.CreateAclsRequest([AclBinding(2, "t", 3, "User:a", "*", 3, 3)]),
+     api.CreateAclsResponse([api.AclCreationResult(0)])),
+    ("/v1/acls/delete", "delete_acls", b'{"filters": [{"resource_type": 2}]}',
+     api.DeleteAclsRequest([AclBindingFilter(resource_type=2)]),
+     api.DeleteAclsResponse([api.DeleteAclsFilterResult(0, None, [])])),
+    ("/v1/scram-credentials", "alter_user_scram_credentials",
+     b'{"deletions": [{"name": "a", "mechanism": 1}]}',
+     api.AlterUserScramCredentialsRequest([api.ScramCredentialDeletion("a", 1)]),
+     api.AlterUserScramCredentialsResponse([api.AlterUserScramCredentialsResult("a", 0)])),
 ]
 # fmt: on
 CANNED = {method: resp for _, method, _, _, resp in WRITES}
@@ -122,7 +135,7 @@ class FakeService:
         self.calls.append((name, req))
         return CANNED[name]
 
-    # The nine write methods, all alike.
+    # The write methods, all alike.
     async def register_broker(self, req: Any) -> Any:
         return await self._write("register_broker", req)
 
@@ -149,6 +162,15 @@ class FakeService:
 
     async def alter_configs(self, req: Any) -> None:
         return await self._write("alter_configs", req)
+
+    async def create_acls(self, req: Any) -> Any:
+        return await self._write("create_acls", req)
+
+    async def delete_acls(self, req: Any) -> Any:
+        return await self._write("delete_acls", req)
+
+    async def alter_user_scram_credentials(self, req: Any) -> Any:
+        return await self._write("alter_user_scram_credentials", req)
 
     def status(self) -> api.QuorumStatus:
         return STATUS

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kraft.tools.certs import issue, make_ca
+from tests.harness.spark_session import spark  # noqa: F401 - Spark tests here share it
 
 
 @dataclass(frozen=True)
