@@ -38,15 +38,15 @@ from common.acl import (
     PermissionType,
     ResourceType,
 )
-from kraft.tools.client_cli import (
+from kraft.tools.client_common import (
     CliError,
-    _client_conf,
-    _wait_future,
     bootstrap_parser,
+    client_conf,
     require_cluster_describe,
     resolve_connection,
     run_reporting,
     timeout_parser,
+    wait_future,
     watched,
 )
 
@@ -345,10 +345,10 @@ class _Admin:
 
         self.bootstrap = args.bootstrap_server
         self.timeout_s = args.timeout_ms / 1000
-        self.client = watched(AdminClient(_client_conf(args)))
+        self.client = watched(AdminClient(client_conf(args)))
 
     def _get(self, fut: Any) -> Any:
-        _wait_future(fut, self.bootstrap, self.timeout_s)
+        wait_future(fut, self.bootstrap, self.timeout_s)
         return fut.result()
 
     def describe(

@@ -22,15 +22,15 @@ import re
 from typing import Any
 
 from common.scram import MIN_ITERATIONS, ScramMechanism
-from kraft.tools.client_cli import (
+from kraft.tools.client_common import (
     CliError,
-    _client_conf,
-    _wait_future,
     bootstrap_parser,
+    client_conf,
     require_cluster_describe,
     resolve_connection,
     run_reporting,
     timeout_parser,
+    wait_future,
     watched,
 )
 
@@ -176,10 +176,10 @@ class _Admin:
 
         self.bootstrap = args.bootstrap_server
         self.timeout_s = args.timeout_ms / 1000
-        self.client = watched(AdminClient(_client_conf(args)))
+        self.client = watched(AdminClient(client_conf(args)))
 
     def _get(self, fut: Any) -> Any:
-        _wait_future(fut, self.bootstrap, self.timeout_s)
+        wait_future(fut, self.bootstrap, self.timeout_s)
         return fut.result()
 
     def describe(self, users: list[str]) -> dict[str, list[tuple[ScramMechanism, int]]]:
