@@ -3,7 +3,7 @@ kafka-console-producer.sh and kafka-console-consumer.sh over the Kafka protocol.
 
 They are ordinary Kafka clients (confluent-kafka's AdminClient, Producer and Consumer)
 and work against any broker; `--command-config` takes a Java client's properties for a
-secured one (kraft/tools/client_config.py). The consumer reads by assign(): no consumer
+secured one (common/client_config.py). The consumer reads by assign(): no consumer
 group is used (nor needs an ACL).
 Errors (unknown topic, unreachable broker, refused request) end in one line on stderr
 and exit status 1.

@@ -10,8 +10,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from common.client_config import load_command_config
 from common.properties import ConfigError
-from kraft.tools.client_config import load_command_config
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TIMEOUT_MS = 15_000

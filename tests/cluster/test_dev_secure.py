@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from common.client_config import load_command_config
 from common.controller_plane import plane_client
 from common.jaas import client_credentials, parse_jaas_config, plain_users
 from common.properties import read_properties
 from common.tls import client_context, listener_properties, server_context
-from kraft.tools.client_config import load_command_config
 from kraft.tools.launcher import LauncherError
 from kraft.tools.local_cluster import load_cluster, plan_cluster, write_configs
 from kraft.tools.local_security import (

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from common.client_config import load_command_config
 from common.properties import read_properties
-from kraft.tools.client_config import load_command_config
 from tests.harness.cli import kraft, ok, one_line_error
 from tests.harness.dev_cluster import Cluster, wait_until
 
