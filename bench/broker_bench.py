@@ -56,7 +56,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.storage_bench import filesystem_of, write_results
-from kraft.tools.client_config import load_command_config, translate
+from common.client_config import load_command_config
 
 CLIENT = f"confluent-kafka {confluent_kafka.__version__} (librdkafka {libversion()[0]})"
 
@@ -153,7 +153,7 @@ class Cluster:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise BenchError(f"kraft dev --secure wrote no {name}:\n{self.tail()}")
             time.sleep(0.1)
-        return translate(load_command_config(path))
+        return load_command_config(path)
 
     def _wait_ready(self, timeout_s: float) -> dict[str, Any]:
         path = self.data_dir / "cluster.json"

@@ -35,6 +35,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import DataType, StructType
 
+from common.client_config import translate
+from common.properties import ConfigError
 from spark_jobs.options import parse_bootstrap
 from spark_jobs.sink_plan import SinkPlan
 from spark_jobs.sink_task import write_batches
@@ -129,6 +131,12 @@ def producer_config(opts: Mapping[str, str]) -> dict[str, str]:
     for key, why in _REFUSED.items():
         if key in user:
             raise KafkaSinkError(f"Kafka option '{key}' is not supported as {why}")
+    try:
+        # Java names (sasl.jaas.config, ssl.truststore.location, ...) as Spark's sink
+        # takes them, turned into librdkafka's; librdkafka's own names pass through.
+        user = translate(user, "kafka.* options")
+    except ConfigError as e:
+        raise KafkaSinkError(f"Bad producer option (kafka.* option): {e}") from None
     config = {}
     for key, value in DEFAULT_PRODUCER.items():
         if not any(alias in user for alias in _ALIASES.get(key, (key,))):

@@ -16,8 +16,11 @@ Options, defaults and output are Kafka's (org.apache.kafka.tools.AclCommand):
 
 `--remove` asks for confirmation when stdin is a terminal, as Kafka's tool does;
 `--force` skips the question, and so does a non-interactive run (a script, a pipe).
-ACLs need a broker with an authorizer (`authorizer.class.name`) and, for changes, a
-principal allowed to Alter the cluster (a super user).
+ACLs need a broker with an authorizer (`authorizer.class.name`) and a principal allowed
+to Describe the cluster (to list) or Alter it (to change; a super user). librdkafka does
+not report DescribeAcls' error code: an empty listing is checked against the cluster's
+authorized operations, and a broker without an authorizer lists no ACLs (Kafka's tool
+says SECURITY_DISABLED; adding or removing does say so here too).
 """
 
 from __future__ import annotations
@@ -35,14 +38,16 @@ from common.acl import (
     PermissionType,
     ResourceType,
 )
-from kraft.tools.client_cli import (
+from kraft.tools.client_common import (
     CliError,
-    _client_conf,
-    _wait_future,
     bootstrap_parser,
+    client_conf,
+    require_cluster_describe,
     resolve_connection,
     run_reporting,
     timeout_parser,
+    wait_future,
+    watched,
 )
 
 COMMANDS = ("acls",)
@@ -340,10 +345,10 @@ class _Admin:
 
         self.bootstrap = args.bootstrap_server
         self.timeout_s = args.timeout_ms / 1000
-        self.client = AdminClient(_client_conf(args))
+        self.client = watched(AdminClient(client_conf(args)))
 
     def _get(self, fut: Any) -> Any:
-        _wait_future(fut, self.bootstrap, self.timeout_s)
+        wait_future(fut, self.bootstrap, self.timeout_s)
         return fut.result()
 
     def describe(
@@ -467,6 +472,8 @@ def _list(admin: _Admin, args: argparse.Namespace) -> int:
     for f in filters or [None]:
         for resource, acl in admin.describe(f):
             found.setdefault(resource, set()).add(acl)
+    if not found:  # librdkafka drops DescribeAcls' error code: was it a refusal?
+        require_cluster_describe(admin.client, admin.bootstrap, admin.timeout_s, "listing ACLs")
     principals = list(dict.fromkeys(parse_principal(p) for p in args.principal))
     if not principals:
         _print_acls(found)

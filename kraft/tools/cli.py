@@ -4,8 +4,8 @@
 (kafka-topics and the console producer/consumer, over the Kafka protocol), `groups`
 (kafka-consumer-groups), `acls` (kafka-acls), `configs` (kafka-configs for SCRAM
 users), `metadata` (like kafka-metadata-shell) and `dump-log` (like kafka-dump-log).
-Every client command takes `--command-config client.properties` (kraft/tools/
-client_config.py).
+Every client command takes `--command-config client.properties`
+(kraft/tools/client_common.py, client_config.py).
 """
 
 from __future__ import annotations

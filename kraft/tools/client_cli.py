@@ -2,7 +2,9 @@
 kafka-console-producer.sh and kafka-console-consumer.sh over the Kafka protocol.
 
 They are ordinary Kafka clients (confluent-kafka's AdminClient, Producer and Consumer)
-and work against any broker. The consumer reads by assign(): no consumer group is used.
+and work against any broker; `--command-config` takes a Java client's properties for a
+secured one (common/client_config.py). The consumer reads by assign(): no consumer
+group is used (nor needs an ACL).
 Errors (unknown topic, unreachable broker, refused request) end in one line on stderr
 and exit status 1.
 """
@@ -13,65 +15,24 @@ import argparse
 import signal
 import sys
 import time
-from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from common.properties import ConfigError
-from kraft.tools.client_config import load_command_config
+from kraft.tools.client_common import (
+    DEFAULT_TIMEOUT_MS,
+    CliError,
+    bootstrap_parser,
+    client_conf,
+    cluster_metadata,
+    describe_error,
+    resolve_connection,
+    run_reporting,
+    timeout_parser,
+    unreachable,
+    wait_future,
+    watched,
+)
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-DEFAULT_TIMEOUT_MS = 15_000
 COMMANDS = ("topics", "produce", "consume")
-
-
-class CliError(Exception):
-    """A failure reported as one line on stderr, exit status 1."""
-
-
-def bootstrap_parser() -> argparse.ArgumentParser:
-    """The connection options every client command shares (a parent parser):
-    `--bootstrap-server` and `--command-config`."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--bootstrap-server",
-        metavar="HOST:PORT[,...]",
-        help=f"brokers to connect to (default: bootstrap.servers of --command-config, "
-        f"else {DEFAULT_BOOTSTRAP})",
-    )
-    common.add_argument(
-        "--command-config",
-        metavar="FILE",
-        help="a Java client's properties (security.protocol, sasl.mechanism, "
-        "sasl.jaas.config, ssl.truststore.*, ssl.keystore.*, ...), as Kafka's tools take",
-    )
-    return common
-
-
-def resolve_connection(args: argparse.Namespace) -> None:
-    """Read `--command-config` into `args.client_settings` (librdkafka settings) and settle
-    `args.bootstrap_server`: the option, else the file's bootstrap.servers, else the
-    default. Call it first in a command (a bad file is a CliError)."""
-    settings: dict[str, str] = {}
-    if args.command_config:
-        try:
-            settings = load_command_config(args.command_config)
-        except ConfigError as exc:
-            raise CliError(str(exc)) from None
-    from_file = settings.pop("bootstrap.servers", None)
-    args.bootstrap_server = args.bootstrap_server or from_file or DEFAULT_BOOTSTRAP
-    args.client_settings = settings
-
-
-def timeout_parser() -> argparse.ArgumentParser:
-    """`--timeout-ms` for commands that give up on unreachable brokers."""
-    timeout = argparse.ArgumentParser(add_help=False)
-    timeout.add_argument(
-        "--timeout-ms",
-        type=int,
-        default=DEFAULT_TIMEOUT_MS,
-        help=f"give up on the brokers after this long (default {DEFAULT_TIMEOUT_MS})",
-    )
-    return timeout
 
 
 def add_parsers(sub: Any) -> None:
@@ -178,21 +139,6 @@ def run(args: argparse.Namespace) -> int:
     return run_reporting(name, action)
 
 
-def run_reporting(name: str, action: Callable[[], int]) -> int:
-    """Run a client command: a CliError or a client error is one line on stderr and
-    exit status 1, Ctrl-C is 130."""
-    try:
-        return action()
-    except CliError as exc:
-        print(f"kraft {name}: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # noqa: BLE001 - a client error is one line, never a traceback
-        print(f"kraft {name}: {_describe_error(exc)}", file=sys.stderr)
-        return 1
-
-
 # -- helpers -----------------------------------------------------------------------------
 
 
@@ -217,44 +163,6 @@ def _separator(props: dict[str, str]) -> str:
     return sep
 
 
-def _describe_error(exc: BaseException) -> str:
-    """One line for a confluent-kafka exception (its KafkaError) or anything else."""
-    err = exc.args[0] if exc.args else None
-    if hasattr(err, "str") and hasattr(err, "name"):
-        return f"{err.str()} ({err.name()})"
-    text = str(exc) or type(exc).__name__
-    return text.splitlines()[0]
-
-
-# The last authentication or TLS failure librdkafka reported: a request that then times
-# out says why the brokers could not be reached.
-_connection_failures: list[str] = []
-
-
-def _client_conf(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
-    """librdkafka settings: --command-config's, the bootstrap servers, then `extra`."""
-    from confluent_kafka import KafkaError
-
-    def on_error(err: KafkaError) -> None:  # librdkafka would print these itself
-        if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
-            _connection_failures[:] = [f"{err.str()} ({err.name()})"]
-
-    return {
-        **args.client_settings,
-        "bootstrap.servers": args.bootstrap_server,
-        "log_level": 0,  # no librdkafka log lines on stderr: errors are reported once
-        "error_cb": on_error,
-        **extra,
-    }
-
-
-def unreachable(bootstrap: str, why: str) -> CliError:
-    """`cannot reach <bootstrap>: <why>`, with the authentication or TLS failure behind it
-    if librdkafka reported one."""
-    cause = f"; {_connection_failures[-1]}" if _connection_failures else ""
-    return CliError(f"cannot reach {bootstrap}: {why}{cause}")
-
-
 def _topic_metadata(client: Any, bootstrap: str, topic: str, timeout_s: float) -> Any:
     """The topic's metadata from `client`, or CliError if the brokers or the topic are not
     there. Leaders may still be unknown for a moment after creation: wait for them."""
@@ -266,7 +174,7 @@ def _topic_metadata(client: Any, bootstrap: str, topic: str, timeout_s: float) -
         try:
             md = client.list_topics(topic, timeout=remaining)
         except KafkaException as exc:
-            raise unreachable(bootstrap, _describe_error(exc)) from None
+            raise unreachable(bootstrap, describe_error(exc)) from None
         t = md.topics.get(topic)
         err = t.error if t is not None else None
         if t is None or (err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
@@ -290,13 +198,13 @@ def _topics(args: argparse.Namespace) -> int:
     from confluent_kafka.admin import AdminClient
 
     timeout_s = args.timeout_ms / 1000
-    admin = AdminClient(_client_conf(args))
+    admin = watched(AdminClient(client_conf(args)))
     cmd = args.topics_command
     if cmd == "create":
         return _topics_create(admin, args, timeout_s)
     if cmd == "delete":
         return _topics_delete(admin, args, timeout_s)
-    md = _cluster_metadata(admin, args.bootstrap_server, timeout_s)
+    md = cluster_metadata(admin, args.bootstrap_server, timeout_s)
     if cmd == "list":
         for name in sorted(md.topics):
             print(name)
@@ -312,15 +220,6 @@ def _topics(args: argparse.Namespace) -> int:
     for name in names:
         _print_topic(md.topics[name])
     return 0
-
-
-def _cluster_metadata(admin: Any, bootstrap: str, timeout_s: float) -> Any:
-    from confluent_kafka import KafkaException
-
-    try:
-        return admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise unreachable(bootstrap, _describe_error(exc)) from None
 
 
 def _print_topic(t: Any) -> None:
@@ -350,7 +249,7 @@ def _topics_create(admin: Any, args: argparse.Namespace, timeout_s: float) -> in
         config=config,
     )
     futures = admin.create_topics([new], operation_timeout=timeout_s, request_timeout=timeout_s)
-    _wait_future(futures[args.topic], args.bootstrap_server, timeout_s)
+    wait_future(futures[args.topic], args.bootstrap_server, timeout_s)
     print(f"Created topic {args.topic}.")
     return 0
 
@@ -359,26 +258,9 @@ def _topics_delete(admin: Any, args: argparse.Namespace, timeout_s: float) -> in
     futures = admin.delete_topics(
         [args.topic], operation_timeout=timeout_s, request_timeout=timeout_s
     )
-    _wait_future(futures[args.topic], args.bootstrap_server, timeout_s)
+    wait_future(futures[args.topic], args.bootstrap_server, timeout_s)
     print(f"Deleted topic {args.topic}.")
     return 0
-
-
-def _wait_future(fut: Any, bootstrap: str, timeout_s: float) -> None:
-    import concurrent.futures
-
-    from confluent_kafka import KafkaError, KafkaException
-
-    try:
-        fut.result(timeout=timeout_s + 5)
-    except concurrent.futures.TimeoutError:
-        raise CliError(f"no answer from {bootstrap} within {timeout_s:g}s") from None
-    except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        transport = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN)
-        if err is not None and hasattr(err, "code") and err.code() in transport:
-            raise unreachable(bootstrap, _describe_error(exc)) from None
-        raise CliError(_describe_error(exc)) from None
 
 
 # -- produce -----------------------------------------------------------------------------
@@ -391,13 +273,13 @@ def _produce(args: argparse.Namespace, stdin: BinaryIO) -> int:
     parse_key = _flag(props, "parse.key")
     sep = _separator(props).encode()
     acks = "all" if args.acks == "-1" else args.acks
-    conf = _client_conf(
+    conf = client_conf(
         args,
         acks=acks,
         **{"message.timeout.ms": args.timeout_ms, "linger.ms": 5},
     )
     conf.update(_pairs(args.producer_property, "--producer-property"))
-    producer = Producer(conf)
+    producer = watched(Producer(conf))
     # The producer's own metadata request: the broker may auto-create the topic.
     _topic_metadata(producer, args.bootstrap_server, args.topic, args.timeout_ms / 1000)
 
@@ -472,7 +354,7 @@ def _consume(args: argparse.Namespace, out: BinaryIO) -> int:
     start = _start_offset(args)
     if args.max_messages is not None and args.max_messages <= 0:
         return 0
-    conf = _client_conf(
+    conf = client_conf(
         args,
         **{
             "group.id": "kraft-console-consumer",  # required by the client; never joined
@@ -483,7 +365,7 @@ def _consume(args: argparse.Namespace, out: BinaryIO) -> int:
         },
     )
     conf.update(_pairs(args.consumer_property, "--consumer-property"))
-    consumer = Consumer(conf)
+    consumer = watched(Consumer(conf))
     # SIGTERM ends the loop like Ctrl-C does.
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     count = 0
@@ -515,6 +397,10 @@ def _consume(args: argparse.Namespace, out: BinaryIO) -> int:
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF or err.retriable():
+                    continue
+                if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                    # librdkafka looks up the coordinator of the group.id it insists on;
+                    # this consumer never joins or commits, so it needs no group ACL.
                     continue
                 raise CliError(f"{err.str()} ({err.name()})")
             parts: list[bytes] = []

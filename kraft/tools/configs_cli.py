@@ -22,14 +22,16 @@ import re
 from typing import Any
 
 from common.scram import MIN_ITERATIONS, ScramMechanism
-from kraft.tools.client_cli import (
+from kraft.tools.client_common import (
     CliError,
-    _client_conf,
-    _wait_future,
     bootstrap_parser,
+    client_conf,
+    require_cluster_describe,
     resolve_connection,
     run_reporting,
     timeout_parser,
+    wait_future,
+    watched,
 )
 
 COMMANDS = ("configs",)
@@ -174,10 +176,10 @@ class _Admin:
 
         self.bootstrap = args.bootstrap_server
         self.timeout_s = args.timeout_ms / 1000
-        self.client = AdminClient(_client_conf(args))
+        self.client = watched(AdminClient(client_conf(args)))
 
     def _get(self, fut: Any) -> Any:
-        _wait_future(fut, self.bootstrap, self.timeout_s)
+        wait_future(fut, self.bootstrap, self.timeout_s)
         return fut.result()
 
     def describe(self, users: list[str]) -> dict[str, list[tuple[ScramMechanism, int]]]:
@@ -185,6 +187,8 @@ class _Admin:
         out, as Kafka's tool does."""
         from confluent_kafka import KafkaError
 
+        # Asked first: librdkafka (2.16) aborts the process on the refusal's answer.
+        require_cluster_describe(self.client, self.bootstrap, self.timeout_s, "describing users")
         call = self.client.describe_user_scram_credentials
         if not users:
             found = self._get(call(request_timeout=self.timeout_s))

@@ -16,16 +16,17 @@ import sys
 import time
 from typing import Any
 
-from kraft.tools.client_cli import (
+from kraft.tools.client_common import (
     CliError,
-    _client_conf,
-    _cluster_metadata,
-    _wait_future,
     bootstrap_parser,
+    client_conf,
+    cluster_metadata,
     resolve_connection,
     run_reporting,
     timeout_parser,
     unreachable,
+    wait_future,
+    watched,
 )
 
 COMMANDS = ("groups",)
@@ -116,11 +117,11 @@ class _Admin:
 
         self.bootstrap = args.bootstrap_server
         self.timeout_s = args.timeout_ms / 1000
-        self.client = AdminClient(_client_conf(args))
+        self.client = watched(AdminClient(client_conf(args)))
 
     def get(self, fut: Any) -> Any:
         """The future's result, or CliError (`cannot reach ...` when no broker answers)."""
-        _wait_future(fut, self.bootstrap, self.timeout_s)
+        wait_future(fut, self.bootstrap, self.timeout_s)
         return fut.result()
 
     def describe(self, group_ids: list[str]) -> dict[str, Any]:
@@ -350,7 +351,7 @@ def _partitions_to_reset(
     if args.all_topics:
         return set(committed)
     # Metadata for every topic: a request naming one could auto-create it.
-    md = _cluster_metadata(admin.client, admin.bootstrap, admin.timeout_s)
+    md = cluster_metadata(admin.client, admin.bootstrap, admin.timeout_s)
     tps: set[TP] = set()
     for spec in args.topic:
         topic, ids = _parse_topic(spec)

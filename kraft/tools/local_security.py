@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.client_config import translate
 from common.jaas import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE
 from common.properties import ConfigError, read_properties
 from kraft.tools.certs import issue, make_ca
-from kraft.tools.client_config import translate
 from kraft.tools.launcher import LauncherError
 
 SECURITY_DIR = "security"

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from common.client_config import load_command_config
+from common.controller_plane import plane_client
 from common.jaas import client_credentials, parse_jaas_config, plain_users
 from common.properties import read_properties
 from common.tls import client_context, listener_properties, server_context
-from kraft.tools.client_config import load_command_config
 from kraft.tools.launcher import LauncherError
 from kraft.tools.local_cluster import load_cluster, plan_cluster, write_configs
 from kraft.tools.local_security import (
@@ -94,12 +95,15 @@ def test_the_certificates_serve_tls_for_brokers_and_controllers(planned) -> None
     client = client_context({"ssl.truststore.location": str(planned.security.ca)})
     handshake(server, client, "127.0.0.1")
     handshake(server, client, "localhost")
-    # Towards the controllers the broker is a TLS client presenting its client certificate.
-    plane = client_context(listener_properties(broker, "CONTROLLER"))
+    # Towards the controllers the broker is an https client with the token, presenting
+    # its client certificate.
+    plane = plane_client(broker)
+    assert plane.scheme == "https" and plane.token == planned.security.http_token
+    assert plane.ssl_context is not None
     controller = read_properties(planned.controllers[0].properties_path)
     ctl_server = server_context(listener_properties(controller, "CONTROLLER"))
     assert ctl_server.verify_mode == ssl.CERT_OPTIONAL  # ssl.client.auth=requested
-    peer = handshake(ctl_server, plane, "127.0.0.1")
+    peer = handshake(ctl_server, plane.ssl_context, "127.0.0.1")
     assert peer is not None and "kraft-dev-client" in str(peer["subject"])
 
 

@@ -13,13 +13,13 @@ from typing import NamedTuple
 import pytest
 
 from common.acl import AclOperation, PatternType, PermissionType, ResourceType
+from common.client_config import load_command_config, translate
 from common.properties import ConfigError
 from common.scram import ScramMechanism
 from kraft.tools import acls_cli, configs_cli
 from kraft.tools.acls_cli import AccessControlEntry, ResourcePattern
 from kraft.tools.certs import issue, make_ca
-from kraft.tools.client_cli import CliError
-from kraft.tools.client_config import load_command_config, translate
+from kraft.tools.client_common import CliError
 from tests.harness.cli import kraft, one_line_error
 
 SECRET = "s3cret-Pa55"

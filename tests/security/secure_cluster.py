@@ -148,6 +148,7 @@ def confluent_roundtrip(bootstrap: str, conf: dict[str, str], topic: str, n: int
     for v in values("ck", n):
         producer.produce(topic, value=v, on_delivery=lambda err, _m: err and errors.append(err))
     assert producer.flush(TIMEOUT_S) == 0 and errors == []
+    del producer  # destroyed now, not whenever: no reconnects after the test
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": f"{topic}-ck", **conf,
          "enable.auto.commit": False}
@@ -234,3 +235,22 @@ def kcat_roundtrip(bootstrap: str, conf: dict[str, str], topic: str, n: int) -> 
                          capture_output=True, timeout=TIMEOUT_S)  # fmt: skip
     assert run.returncode == 0, run.stderr.decode(errors="replace")[-2000:]
     return sorted(line for line in run.stdout.split(b"\n") if line)
+
+
+def sasl_test_cluster(data_dir: Path, certs: Any, **extra: str) -> SecureCluster:
+    """One broker: CLIENT is SASL_PLAINTEXT (PLAIN for alice, SCRAM-SHA-256), INTERNAL is
+    SSL (a TLS port for the bad-input tests) with a 1 s handshake bound."""
+    return SecureCluster(
+        data_dir,
+        client_protocol="SASL_PLAINTEXT",
+        internal_protocol="SSL",
+        n_brokers=1,
+        broker_props={
+            **tls_server_props(certs),
+            "listener.name.client.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+            "listener.name.client.plain.sasl.jaas.config": plain_jaas(**{ALICE: ALICE_PASSWORD}),
+            "ssl.handshake.timeout.ms": "1000",
+            "offsets.topic.replication.factor": "1",
+            **extra,
+        },
+    )

@@ -8,6 +8,7 @@ session's principal, and the failure delay.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import ssl
 import struct
@@ -17,16 +18,17 @@ from typing import Any
 
 import pytest
 
-from broker.security.listener_security import ListenerSecurity
+from broker.security.inter_broker_login import SaslLoginError, connect
+from broker.security.listener_security import InterBrokerClientSecurity, ListenerSecurity
 from broker.security.sasl_server import SaslServerFactory
 from common.api_keys import ApiKey
 from common.errors import Errors
 from common.sasl_client import sasl_client
 from common.scram import ScramMechanism, salted_password, server_key, stored_key
-from common.tls import server_context
+from common.tls import client_context, server_context
 from metadata_log.image import ScramCredential
 from tests.harness.fake_broker import BrokerThread
-from tests.harness.raw_protocol import decode_response, encode_request, request
+from tests.harness.raw_protocol import RawClient, decode_response, encode_request, request
 from tests.security.secure_cluster import (
     aiokafka_config,
     aiokafka_roundtrip,
@@ -172,3 +174,45 @@ def test_a_failed_login_is_answered_after_the_delay_then_closed(
         assert c.closed()
     finally:
         c.close()
+
+
+# -- the broker's own login (the follower fetchers' connections) ---------------------------------
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"])
+def test_the_inter_broker_client_logs_in(broker: BrokerThread, certs: Any, mechanism: str) -> None:
+    user, password = ("dave", "plain-secret") if mechanism == "PLAIN" else (USER, PASSWORD)
+    context = client_context({"ssl.truststore.location": str(certs.ca)})
+
+    async def login(password: str) -> Any:
+        security = InterBrokerClientSecurity("PLAINTEXT", "SASL_SSL", context, mechanism, user,
+                                             password)  # fmt: skip
+        reader, writer = await connect(broker.host, broker.port, security, "broker-9-fetcher")
+        metadata = request(ApiKey.METADATA, 1, {"topics": None})
+        try:  # logged in: a Metadata request is answered
+            writer.write(encode_request(ApiKey.METADATA, 1, metadata, 9))
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+            return decode_response(ApiKey.METADATA, 1, await reader.readexactly(size))[1]
+        finally:
+            writer.close()
+
+    assert asyncio.run(login(password)).brokers
+    with pytest.raises(SaslLoginError, match="error 58") as info:
+        asyncio.run(login("guess"))
+    assert "guess" not in str(info.value)
+
+
+def test_sasl_requests_on_a_listener_without_sasl_are_illegal(tmp_path: Any) -> None:
+    plain = BrokerThread(tmp_path)
+    c = RawClient(plain.host, plain.port)
+    try:
+        shake = c.call(ApiKey.SASL_HANDSHAKE, 1,
+                       request(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}))  # fmt: skip
+        assert shake.error_code == Errors.ILLEGAL_SASL_STATE and list(shake.mechanisms) == []
+        login = c.call(ApiKey.SASL_AUTHENTICATE, 0,
+                       request(ApiKey.SASL_AUTHENTICATE, 0, {"auth_bytes": b"\0a\0b"}))  # fmt: skip
+        assert login.error_code == Errors.ILLEGAL_SASL_STATE
+        assert c.call(ApiKey.METADATA, 1, request(ApiKey.METADATA, 1, {"topics": None})).brokers
+    finally:
+        c.close()
+        plain.stop()

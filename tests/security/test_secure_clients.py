@@ -172,3 +172,19 @@ def test_tls_without_or_with_a_foreign_client_certificate_is_refused(
         error = confluent_error(mutual_tls.bootstrap, conf)
         refused = (KafkaError._SSL, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
         assert error.code() in refused, error
+
+
+def test_describe_configs_does_not_show_the_jaas_config(sasl_plain: SecureCluster) -> None:
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    conf = librdkafka_config("SASL_PLAINTEXT", mechanism="PLAIN", username=ALICE,
+                             password=ALICE_PASSWORD)  # fmt: skip
+    admin = AdminClient({"bootstrap.servers": sasl_plain.bootstrap, **conf})
+    broker = str(sasl_plain.brokers[0].node_id)
+    resource = ConfigResource(ConfigResource.Type.BROKER, broker)
+    configs = admin.describe_configs([resource])[resource].result(20)
+    jaas = configs["sasl.jaas.config"]
+    assert jaas.value is None and jaas.is_sensitive
+    assert configs["sasl.enabled.mechanisms"].value == "PLAIN"
+    assert not configs["sasl.enabled.mechanisms"].is_sensitive
+    assert all(ALICE_PASSWORD not in (c.value or "") for c in configs.values())

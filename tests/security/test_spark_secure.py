@@ -130,3 +130,21 @@ def _create_topic(c: SecureCluster, certs: Any, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": c.bootstrap, **conf})
     for f in admin.create_topics([NewTopic(topic, 2, 1)]).values():
         f.result(30)
+
+
+def test_spark_writes_a_sasl_ssl_topic(cluster: SecureCluster, certs: Any, spark: Any) -> None:
+    """The sink takes the same Java options (turned into librdkafka's settings)."""
+    topic = "spark-secure-write"
+    _create_topic(cluster, certs, topic)
+    df = spark.createDataFrame(
+        [(b"k%d" % i, b"w%d" % i) for i in range(500)], "key binary, value binary"
+    )
+    writer = df.write.format("kraft").option("topic", topic)
+    for k, v in options(cluster, certs).items():
+        writer = writer.option(k, v)
+    writer.mode("append").save()
+    reader = spark.read.format("kraft").option("subscribe", topic)
+    for k, v in options(cluster, certs).items():
+        reader = reader.option(k, v)
+    got = sorted(bytes(r.value) for r in reader.load().select("value").collect())
+    assert got == sorted(b"w%d" % i for i in range(500))

@@ -1,6 +1,7 @@
-"""`--command-config client.properties` for every client tool: a Java client's
-properties (what kafka-topics.sh and friends take) turned into librdkafka's settings
-(the tools are confluent-kafka clients).
+"""A Java Kafka client's properties turned into librdkafka's settings: what
+`--command-config client.properties` gives every client tool (kafka-topics.sh and
+friends take such files; the tools are confluent-kafka clients), and what the Spark
+sink does with its `kafka.*` options (Spark's Kafka sink takes the Java producer's).
 
 Translated (Java name -> librdkafka name):
 - `security.protocol` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) and `sasl.mechanism`
