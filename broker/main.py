@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from broker.allocator import tune_malloc
 from broker.config import BrokerConfig, ConfigError, load_config
 from broker.server import BrokerServer
 from storage.log_manager import LogDirError
@@ -145,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kraft broker: {exc}", file=sys.stderr)
         return 2
     _setup_logging(args.log_level)
+    tune_malloc()
     try:
         asyncio.run(run_broker(config))
     except (ConfigError, LogDirError) as exc:

@@ -6,7 +6,7 @@ request order without a queue, a client that pipelines is simply read more slowl
 and a client that never reads its responses stalls only itself: once the transport's
 write buffer passes its high-water mark `drain()` blocks, we stop reading, and TCP
 pushes back on the sender. Memory per connection is bounded by one frame (plus the
-stream and transport buffers' 64 KiB marks).
+read-ahead and transport buffers' marks); frames are read by broker/connection.py.
 
 Kafka's rules, enforced here:
 - a size prefix < 0 or > `socket.request.max.bytes` closes the connection before any
@@ -36,11 +36,11 @@ import asyncio
 import contextlib
 import logging
 import ssl
-import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.codec import CloseConnection
+from broker.connection import FrameSizeError, KafkaConnection, receive_buffer
 from broker.security.sasl_server import SaslServerAuthenticator
 from broker.security.session import ANONYMOUS, Session, set_session
 from common.tls import principal_from_certificate
@@ -61,8 +61,6 @@ DEFAULT_SSL_HANDSHAKE_TIMEOUT_S = 10.0
 #   64 KiB: sendfile 235-280 us, pread+write 138-153 us
 # so slices from 768 KiB up use sendfile, smaller ones one pread.
 SENDFILE_MIN_BYTES = 768 << 10
-
-_SIZE = struct.Struct(">i")
 
 RequestHandler = Callable[[bytes], Awaitable[Any]]
 
@@ -123,8 +121,13 @@ class KafkaServer:
         tls: dict[str, Any] = {}
         if self.ssl_context is not None:
             tls = {"ssl": self.ssl_context, "ssl_handshake_timeout": self.ssl_handshake_timeout_s}
-        self._server = await asyncio.start_server(
-            self._serve, self.host, self.port, backlog=self.backlog, **tls
+        receive = receive_buffer()
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: KafkaConnection(self._serve, receive),
+            self.host,
+            self.port,
+            backlog=self.backlog,
+            **tls,
         )
         host, port = self._server.sockets[0].getsockname()[:2]
         self.port = port
@@ -149,14 +152,14 @@ class KafkaServer:
             await self._server.wait_closed()
             self._server = None
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, conn: KafkaConnection) -> None:
         task = asyncio.current_task()
         assert task is not None
-        peer = writer.get_extra_info("peername")
+        peer = conn.get_extra_info("peername")
         open_now = self.connection_count
         if self.max_connections is not None and open_now >= self.max_connections:
             log.warning("refusing %s: %d connections already", peer, open_now)
-            writer.close()
+            conn.close()
             return
         self._connections.add(task)
         session = Session(
@@ -168,15 +171,15 @@ class KafkaServer:
         )
         try:
             if self.ssl_context is not None and self.authenticator is None:
-                ssl_object = writer.get_extra_info("ssl_object")
+                ssl_object = conn.get_extra_info("ssl_object")
                 der = ssl_object.getpeercert(binary_form=True) if ssl_object else None
                 session.principal = principal_from_certificate(der) or ANONYMOUS
             set_session(session)
             if self.authenticator is not None and not await self._authenticate(
-                reader, writer, peer, session, self.authenticator()
+                conn, peer, session, self.authenticator()
             ):
                 return
-            await self._connection(reader, writer, peer)
+            await self._connection(conn, peer)
         except (ConnectionError, OSError) as e:
             log.debug("connection %s failed: %s", peer, e)
         except asyncio.CancelledError:
@@ -185,23 +188,17 @@ class KafkaServer:
             log.exception("connection %s failed", peer)
         finally:
             self._connections.discard(task)
-            writer.close()
+            conn.close()
             with contextlib.suppress(Exception):
-                await writer.wait_closed()
+                await conn.wait_closed()
 
-    async def _read_frame(
-        self, reader: asyncio.StreamReader, peer: Any, max_bytes: int
-    ) -> bytes | None:
+    async def _read_frame(self, conn: KafkaConnection, peer: Any, max_bytes: int) -> bytes | None:
         """The next frame, or None when the connection must close (the reason logged)."""
         try:
             async with asyncio.timeout(self.idle_s):
-                size = _SIZE.unpack(await reader.readexactly(4))[0]
-                if size < 0 or size > max_bytes:
-                    log.warning(
-                        "closing %s: request size %d is outside [0, %d]", peer, size, max_bytes
-                    )
-                    return None
-                return await reader.readexactly(size)
+                return await conn.read_frame(max_bytes)
+        except FrameSizeError as e:
+            log.warning("closing %s: %s", peer, e)
         except TimeoutError:
             log.info("closing %s: idle for %.0f s", peer, self.idle_s)
         except asyncio.IncompleteReadError as e:
@@ -211,8 +208,7 @@ class KafkaServer:
 
     async def _authenticate(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        conn: KafkaConnection,
         peer: Any,
         session: Session,
         auth: SaslServerAuthenticator,
@@ -220,7 +216,7 @@ class KafkaServer:
         """The SASL exchange; True once the client has logged in (the session says who)."""
         max_bytes = min(self.max_request_bytes, self.sasl_max_receive_bytes)
         while not auth.complete:
-            frame = await self._read_frame(reader, peer, max_bytes)
+            frame = await self._read_frame(conn, peer, max_bytes)
             if frame is None:
                 return False
             step = auth.receive(frame)
@@ -237,8 +233,8 @@ class KafkaServer:
             elif step.close is not None:
                 log.warning("closing %s: %s", peer, step.close)
             if isinstance(response, bytes | bytearray):
-                writer.write(response)
-                await writer.drain()
+                conn.write(response)
+                await conn.drain()
             if step.close is not None:
                 return False
         assert auth.principal is not None
@@ -246,13 +242,11 @@ class KafkaServer:
         session.authenticated = True
         return True
 
-    async def _connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any
-    ) -> None:
+    async def _connection(self, conn: KafkaConnection, peer: Any) -> None:
         loop = asyncio.get_running_loop()
         max_bytes = self.max_request_bytes
         while True:
-            frame = await self._read_frame(reader, peer, max_bytes)
+            frame = await self._read_frame(conn, peer, max_bytes)
             if frame is None:
                 return
             try:
@@ -263,20 +257,21 @@ class KafkaServer:
             if response is None:
                 continue
             if isinstance(response, bytes | bytearray):
-                writer.write(response)
+                conn.write(response)
             else:
-                await self._write_parts(loop, writer, response)
-            await writer.drain()
+                await self._write_parts(loop, conn, response)
+            await conn.drain()
 
     async def _write_parts(
-        self, loop: asyncio.AbstractEventLoop, writer: asyncio.StreamWriter, parts: list[Any]
+        self, loop: asyncio.AbstractEventLoop, conn: KafkaConnection, parts: list[Any]
     ) -> None:
         for part in parts:
             if not isinstance(part, FileSlice):
-                writer.write(part)
+                conn.write(part)
             elif part.size >= self.sendfile_min_bytes and self.ssl_context is None:
                 # FileSlice holds its file open, so the bytes stay readable even if
                 # retention deletes the segment meanwhile.
-                await loop.sendfile(writer.transport, part.file, part.position, part.size)
+                assert conn.transport is not None
+                await loop.sendfile(conn.transport, part.file, part.position, part.size)
             else:
-                writer.write(part.read())
+                conn.write(part.read())
