@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.codec import CloseConnection as CloseConnection  # re-exported for handlers
 from broker.codec import RequestHeader, encode_response
-from common.acl import AclOperation, ResourceType
+from common.acl import SUPPORTED_OPERATIONS, AclOperation, ResourceType
 from common.api_keys import ApiKey
 from common.errors import Errors
 
@@ -78,39 +78,6 @@ class ApiHandler:
     max_version: int
     handle: Handler
     error_answer: ErrorAnswer | None  # None: no error field to carry a handler failure
-
-
-# Kafka's AclEntry.supportedOperations: what an authorized-operations bitfield
-# (Metadata, DescribeGroups, DescribeCluster) reports on, per resource type.
-SUPPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
-    ResourceType.TOPIC: (
-        AclOperation.READ,
-        AclOperation.WRITE,
-        AclOperation.CREATE,
-        AclOperation.DESCRIBE,
-        AclOperation.DELETE,
-        AclOperation.ALTER,
-        AclOperation.DESCRIBE_CONFIGS,
-        AclOperation.ALTER_CONFIGS,
-    ),
-    ResourceType.GROUP: (
-        AclOperation.READ,
-        AclOperation.DESCRIBE,
-        AclOperation.DELETE,
-        AclOperation.DESCRIBE_CONFIGS,
-        AclOperation.ALTER_CONFIGS,
-    ),
-    ResourceType.CLUSTER: (
-        AclOperation.CREATE,
-        AclOperation.CLUSTER_ACTION,
-        AclOperation.DESCRIBE_CONFIGS,
-        AclOperation.ALTER_CONFIGS,
-        AclOperation.IDEMPOTENT_WRITE,
-        AclOperation.ALTER,
-        AclOperation.DESCRIBE,
-    ),
-    ResourceType.TRANSACTIONAL_ID: (AclOperation.DESCRIBE, AclOperation.WRITE),
-}
 
 
 def authorized_operations(apis: BrokerApis, resource_type: ResourceType, name: str) -> int:

@@ -63,6 +63,40 @@ class PermissionType(IntEnum):
     ALLOW = 3
 
 
+# Kafka's AclEntry.supportedOperations, per resource type: what an ACL may name (ALL
+# aside; kafka-acls checks it) and what an authorized-operations bitfield (Metadata,
+# DescribeGroups, DescribeCluster) reports on.
+SUPPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
+    ResourceType.TOPIC: (
+        AclOperation.READ,
+        AclOperation.WRITE,
+        AclOperation.CREATE,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (
+        AclOperation.READ,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    ResourceType.CLUSTER: (
+        AclOperation.CREATE,
+        AclOperation.CLUSTER_ACTION,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+        AclOperation.IDEMPOTENT_WRITE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+    ),
+    ResourceType.TRANSACTIONAL_ID: (AclOperation.DESCRIBE, AclOperation.WRITE),
+}
+
+
 class AclBinding(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One ACL: `principal` from `host` is allowed (or denied) `operation` on the
     resources that `(resource_type, resource_name, pattern_type)` names. Enum fields

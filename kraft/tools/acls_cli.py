@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 from common.acl import (
     CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
     WILDCARD_HOST,
     AclOperation,
     PatternType,
@@ -39,47 +40,17 @@ from common.acl import (
     ResourceType,
 )
 from kraft.tools.client_common import (
+    AdminTool,
     CliError,
     bootstrap_parser,
-    client_conf,
     require_cluster_describe,
     resolve_connection,
     run_reporting,
     timeout_parser,
-    wait_future,
-    watched,
 )
 
 COMMANDS = ("acls",)
 
-# AclEntry.supportedOperations: what each resource type's ACLs may name (All always).
-SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
-    ResourceType.TOPIC: frozenset(
-        {
-            AclOperation.READ,
-            AclOperation.WRITE,
-            AclOperation.CREATE,
-            AclOperation.DESCRIBE,
-            AclOperation.DELETE,
-            AclOperation.ALTER,
-            AclOperation.DESCRIBE_CONFIGS,
-            AclOperation.ALTER_CONFIGS,
-        }
-    ),
-    ResourceType.GROUP: frozenset({AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE}),
-    ResourceType.CLUSTER: frozenset(
-        {
-            AclOperation.CREATE,
-            AclOperation.CLUSTER_ACTION,
-            AclOperation.DESCRIBE_CONFIGS,
-            AclOperation.ALTER_CONFIGS,
-            AclOperation.IDEMPOTENT_WRITE,
-            AclOperation.ALTER,
-            AclOperation.DESCRIBE,
-        }
-    ),
-    ResourceType.TRANSACTIONAL_ID: frozenset({AclOperation.DESCRIBE, AclOperation.WRITE}),
-}
 _OPERATION_NAMES = (
     "Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, "
     "AlterConfigs, IdempotentWrite, All"
@@ -322,7 +293,7 @@ def filter_to_acls(args: argparse.Namespace) -> dict[ResourcePattern, set[Access
             elif f.resource_type == ResourceType.GROUP:
                 plan.setdefault(f, set()).update(entries(args, (AclOperation.READ,)))
     for resource, acls in plan.items():
-        allowed = SUPPORTED_OPERATIONS[resource.resource_type] | {AclOperation.ALL}
+        allowed = {*SUPPORTED_OPERATIONS[resource.resource_type], AclOperation.ALL}
         if any(a.operation not in allowed for a in acls):
             names = ", ".join(sorted(op.name for op in allowed))
             raise CliError(f"ResourceType {resource.resource_type.name} only supports "
@@ -337,19 +308,8 @@ def filter_to_acls(args: argparse.Namespace) -> dict[ResourcePattern, set[Access
 # -- talking to the brokers ------------------------------------------------------------------
 
 
-class _Admin:
-    """An AdminClient, with bindings converted to and from our NamedTuples."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        from confluent_kafka.admin import AdminClient
-
-        self.bootstrap = args.bootstrap_server
-        self.timeout_s = args.timeout_ms / 1000
-        self.client = watched(AdminClient(client_conf(args)))
-
-    def _get(self, fut: Any) -> Any:
-        wait_future(fut, self.bootstrap, self.timeout_s)
-        return fut.result()
+class _Admin(AdminTool):
+    """The admin client, with bindings converted to and from our NamedTuples."""
 
     def describe(
         self, f: ResourcePattern | None

@@ -173,3 +173,19 @@ def wait_future(fut: Any, bootstrap: str, timeout_s: float) -> None:
         if err is not None and hasattr(err, "code") and err.code() in transport:
             raise unreachable(bootstrap, describe_error(exc)) from None
         raise CliError(describe_error(exc)) from None
+
+
+class AdminTool:
+    """An AdminClient for one command (`--bootstrap-server`, `--command-config`,
+    `--timeout-ms`), whose futures fail with the tools' one-line errors."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self.bootstrap = args.bootstrap_server
+        self.timeout_s = args.timeout_ms / 1000
+        self.client = watched(AdminClient(client_conf(args)))
+
+    def _get(self, fut: Any) -> Any:
+        wait_future(fut, self.bootstrap, self.timeout_s)
+        return fut.result()

@@ -23,15 +23,13 @@ from typing import Any
 
 from common.scram import MIN_ITERATIONS, ScramMechanism
 from kraft.tools.client_common import (
+    AdminTool,
     CliError,
     bootstrap_parser,
-    client_conf,
     require_cluster_describe,
     resolve_connection,
     run_reporting,
     timeout_parser,
-    wait_future,
-    watched,
 )
 
 COMMANDS = ("configs",)
@@ -170,17 +168,8 @@ def parse_delete_config(text: str) -> list[ScramMechanism]:
 # -- talking to the brokers ------------------------------------------------------------------
 
 
-class _Admin:
-    def __init__(self, args: argparse.Namespace) -> None:
-        from confluent_kafka.admin import AdminClient
-
-        self.bootstrap = args.bootstrap_server
-        self.timeout_s = args.timeout_ms / 1000
-        self.client = watched(AdminClient(client_conf(args)))
-
-    def _get(self, fut: Any) -> Any:
-        wait_future(fut, self.bootstrap, self.timeout_s)
-        return fut.result()
+class _Admin(AdminTool):
+    """SCRAM credentials through the admin client."""
 
     def describe(self, users: list[str]) -> dict[str, list[tuple[ScramMechanism, int]]]:
         """user -> [(mechanism, iterations)]; a named user without credentials is left
