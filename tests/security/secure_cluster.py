@@ -13,7 +13,7 @@ import shutil
 import ssl
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -254,3 +254,12 @@ def sasl_test_cluster(data_dir: Path, certs: Any, **extra: str) -> SecureCluster
             **extra,
         },
     )
+
+
+# Each client's roundtrip, its configuration builder, and its topic/value prefix.
+ROUNDTRIPS: dict[str, tuple[Callable[..., list[bytes]], Callable[..., Any], str]] = {
+    "confluent-kafka": (confluent_roundtrip, librdkafka_config, "ck"),
+    "kafka-python": (kafka_python_roundtrip, kafka_python_config, "kp"),
+    "aiokafka": (aiokafka_roundtrip, aiokafka_config, "aio"),
+    "kcat": (kcat_roundtrip, librdkafka_config, "kcat"),
+}

@@ -8,7 +8,7 @@ over it."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,13 +17,10 @@ from tests.harness.cluster_procs import wait_for
 from tests.security.secure_cluster import (
     ALICE,
     ALICE_PASSWORD,
+    ROUNDTRIPS,
     SecureCluster,
     aiokafka_config,
-    aiokafka_roundtrip,
-    confluent_roundtrip,
     kafka_python_config,
-    kafka_python_roundtrip,
-    kcat_roundtrip,
     librdkafka_config,
     plain_jaas,
     tls_server_props,
@@ -31,12 +28,6 @@ from tests.security.secure_cluster import (
 )
 
 N = 200
-ROUNDTRIPS: dict[str, tuple[Callable[..., list[bytes]], Callable[..., Any], str]] = {
-    "confluent-kafka": (confluent_roundtrip, librdkafka_config, "ck"),
-    "kafka-python": (kafka_python_roundtrip, kafka_python_config, "kp"),
-    "aiokafka": (aiokafka_roundtrip, aiokafka_config, "aio"),
-    "kcat": (kcat_roundtrip, librdkafka_config, "kcat"),
-}
 
 
 @pytest.fixture(scope="module")
