@@ -136,16 +136,10 @@ class StandardAuthorizer:
         implied = _IMPLIED_BY.get(operation, frozenset((int(operation),)))
         allowed = False
         for b in bindings:
-            if b.principal not in (principal, WILDCARD_PRINCIPAL) or b.host not in (
-                host,
-                WILDCARD_HOST,
-            ):
-                continue
-            if b.permission_type == PermissionType.DENY:
-                if b.operation in (operation, AclOperation.ALL):
-                    return False
-            elif b.operation == AclOperation.ALL or b.operation in implied:
-                allowed = True
+            effect = _effect(b, principal, host, operation, implied)
+            if effect == PermissionType.DENY:
+                return False
+            allowed = allowed or effect == PermissionType.ALLOW
         return allowed
 
     def authorize_any(
@@ -164,15 +158,10 @@ class StandardAuthorizer:
         allow: list[AclBinding] = []
         deny: list[AclBinding] = []
         for b in bindings:
-            if b.principal not in (principal, WILDCARD_PRINCIPAL) or b.host not in (
-                host,
-                WILDCARD_HOST,
-            ):
-                continue
-            if b.permission_type == PermissionType.DENY:
-                if b.operation in (operation, AclOperation.ALL):
-                    deny.append(b)
-            elif b.operation == AclOperation.ALL or b.operation in implied:
+            effect = _effect(b, principal, host, operation, implied)
+            if effect == PermissionType.DENY:
+                deny.append(b)
+            elif effect == PermissionType.ALLOW:
                 allow.append(b)
         denied_prefixes = [d.resource_name for d in deny if d.pattern_type == PatternType.PREFIXED]
         denied_literals = {d.resource_name for d in deny if d.pattern_type == PatternType.LITERAL}
@@ -185,3 +174,17 @@ class StandardAuthorizer:
                 continue
             return True
         return False
+
+
+def _effect(
+    b: AclBinding, principal: str, host: str, operation: AclOperation, implied: frozenset[int]
+) -> PermissionType | None:
+    """What binding `b` says about `operation` for this principal and host: DENY (of the
+    operation or ALL), ALLOW (of it, ALL, or an operation implying it), or None."""
+    if b.principal not in (principal, WILDCARD_PRINCIPAL) or b.host not in (host, WILDCARD_HOST):
+        return None
+    if b.permission_type == PermissionType.DENY:
+        return PermissionType.DENY if b.operation in (operation, AclOperation.ALL) else None
+    if b.operation == AclOperation.ALL or b.operation in implied:
+        return PermissionType.ALLOW
+    return None
