@@ -31,7 +31,7 @@ from common.tls import client_context
 from kraft.http_api import make_app
 from kraft.quorum import Quorum
 from kraft.tools.cli import main as kraft_main
-from kraft.tools.launcher import NodeProcess, free_ports, stop_nodes, wait_for_active
+from kraft.tools.launcher import NodeProcess, stop_nodes, wait_for_active
 from kraft.tools.local_cluster import start_controllers
 from tests.harness.cluster_procs import wait_for
 from tests.harness.fake_controller_service import WRITES
@@ -231,7 +231,11 @@ def test_kraft_metadata_reads_a_secured_controller(
 def test_the_raft_port_binds_only_the_voters_address(tmp_path: Path) -> None:
     # 127.0.0.2 is loopback too (Linux routes 127/8 to lo): bound there, the port must
     # not answer on 127.0.0.1, as it would if pysyncobj bound 0.0.0.0.
-    (port,) = free_ports(1, "127.0.0.2")
+    # Our own port on 127.0.0.1, held (bound, not listening) for the whole test so no
+    # other process listens there: a connection to it can only reach a wildcard bind.
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    port = holder.getsockname()[1]
 
     def connects(host: str) -> bool:
         with socket.socket() as s:
@@ -249,4 +253,7 @@ def test_the_raft_port_binds_only_the_voters_address(tmp_path: Path) -> None:
         finally:
             await quorum.stop()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        holder.close()
