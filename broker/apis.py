@@ -37,6 +37,7 @@ from broker import (
     apis_acls,
     apis_admin,
     apis_data,
+    apis_describe,
     apis_elect,
     apis_group,
     apis_group_admin,
@@ -216,6 +217,7 @@ HANDLERS = _by_key(
     apis_group_admin.API_HANDLERS,
     apis_sasl.API_HANDLERS,
     apis_elect.API_HANDLERS,
+    apis_describe.API_HANDLERS,
     API_HANDLERS,
 )
 # What ApiVersions advertises: exactly the rows above.
