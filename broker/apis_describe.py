@@ -73,11 +73,11 @@ async def handle_describe_log_dirs(apis: BrokerApis, header: RequestHeader, body
     if body.topics is not None:
         wanted = {(t.topic, p) for t in body.topics for p in t.partitions}
     rm = apis.replica_manager
-    hosted = rm.partitions()
+    hosted = rm.partitions
     per_dir: dict[Any, dict[str, list[dict[str, Any]]]] = {
         d: defaultdict(list) for d in rm.log_manager.log_dirs
     }
-    for (topic, partition), log in sorted(rm.log_manager.logs().items()):
+    for (topic, partition), log in sorted(rm.log_manager.logs.items()):
         if wanted is not None and (topic, partition) not in wanted:
             continue
         h = hosted.get((topic, partition))

@@ -22,7 +22,6 @@ from kraft.tools.client_common import (
     AdminTool,
     CliError,
     bootstrap_parser,
-    describe_error,
     resolve_connection,
     run_reporting,
     timeout_parser,
@@ -99,8 +98,7 @@ def _from_json(path: Path) -> list[tuple[str, int]]:
 
 def run(args: argparse.Namespace) -> int:
     def action() -> int:
-        from confluent_kafka import TopicPartition
-        from confluent_kafka.admin import ElectionType
+        from confluent_kafka import ElectionType, TopicPartition
 
         if args.admin_config and not args.command_config:
             args.command_config = args.admin_config
@@ -109,7 +107,9 @@ def run(args: argparse.Namespace) -> int:
         tool = AdminTool(args)
         kind = ElectionType[args.election_type]
         tps = None if asked is None else [TopicPartition(t, p) for t, p in asked]
-        results = tool._get(tool.client.elect_leaders(kind, tps, request_timeout=tool.timeout_s))
+        # No request_timeout: confluent-kafka 2.16's elect_leaders fails to parse its
+        # keyword arguments; the tool's own wait bounds the call (--timeout-ms).
+        results = tool._get(tool.client.elect_leaders(kind, tps))
         return report(args.election_type, results)
 
     return run_reporting("leader-election", action)
@@ -122,13 +122,12 @@ def report(election_type: str, results: dict[Any, Any]) -> int:
     succeeded, noop, failed = [], [], []
     for tp, err in sorted(results.items(), key=lambda kv: (kv[0].topic, kv[0].partition)):
         name = f"{tp.topic}-{tp.partition}"
-        code = err.args[0].code() if err is not None and err.args else None
         if err is None:
             succeeded.append(name)
-        elif code == KafkaError.ELECTION_NOT_NEEDED:
+        elif err.code() == KafkaError.ELECTION_NOT_NEEDED:  # a KafkaError per partition
             noop.append(name)
         else:
-            failed.append((name, describe_error(err)))
+            failed.append((name, f"{err.str()} ({err.name()})"))
     if succeeded:
         print(
             f"Successfully completed leader election ({election_type}) for partitions "

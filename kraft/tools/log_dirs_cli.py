@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         resolve_connection(args)
         admin = admin_client(args)
         try:
-            existing = sorted(b["node_id"] for b in admin.describe_cluster()["brokers"])
+            existing = sorted(b["broker_id"] for b in admin.describe_cluster()["brokers"])
             brokers = _ids(args.broker_list) if args.broker_list else existing
             missing = sorted(set(brokers) - set(existing))
             if missing:

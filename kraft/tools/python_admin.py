@@ -38,7 +38,6 @@ def kafka_python_config(args: argparse.Namespace) -> dict[str, Any]:
     conf: dict[str, Any] = {
         "bootstrap_servers": args.bootstrap_server.split(","),
         "request_timeout_ms": args.timeout_ms,
-        "api_version_auto_timeout_ms": args.timeout_ms,
     }
     for name, value in args.client_settings.items():
         if name in _NAMES:

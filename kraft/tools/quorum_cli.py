@@ -79,8 +79,8 @@ def status_lines(cluster_id: str | None, p: dict[str, Any]) -> list[str]:
         if furthest is not leader:
             caught_up = furthest["last_caught_up_timestamp"]
             lag_ms = leader["last_caught_up_timestamp"] - caught_up if caught_up >= 0 else -1
-    ids = ",".join(str(v["replica_id"]) for v in voters)
-    observed = ",".join(str(o["replica_id"]) for o in observers)
+    ids = ",".join(str(i) for i in sorted(v["replica_id"] for v in voters))
+    observed = ",".join(str(i) for i in sorted(o["replica_id"] for o in observers))
     return [
         f"ClusterId:              {cluster_id}",
         f"LeaderId:               {p['leader_id']}",
@@ -109,7 +109,7 @@ def replication(p: dict[str, Any]) -> list[str]:
     )
     rows = []
     for kind, replicas in (("voter", p["current_voters"]), ("observer", p["observers"])):
-        for r in replicas:
+        for r in sorted(replicas, key=lambda r: r["replica_id"]):
             end = r["log_end_offset"]
             if kind == "observer":
                 status = "Observer"
