@@ -294,3 +294,14 @@ def test_leadership_returns_to_the_preferred_replica_after_a_restart(tmp_path: P
         c.restart_broker(4)
         # No election asked for: the controller's balance check moves it back.
         wait_for(lambda: leaders(c, "balanced") == {0: 4, 1: 5}, 60, "4 leads again", c.logs)
+
+
+def test_leader_election_refuses_bad_arguments_in_one_line(tmp_path: Path) -> None:
+    from tests.harness.cli import one_line_error
+
+    base = ("leader-election", "--bootstrap-server", "127.0.0.1:1", "--election-type")
+    one_line_error(kraft(*base, "preferred"), "give exactly one of")
+    one_line_error(kraft(*base, "preferred", "--topic", "t"), "--topic needs --partition")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"partitions": [{"topic": "t"}]}')
+    one_line_error(kraft(*base, "unclean", "--path-to-json-file", str(bad)), "expected")
