@@ -21,7 +21,7 @@ from broker.config import BrokerConfig
 from broker.controller_channel import ControllerError, ControllerUnavailable
 from common.errors import Errors
 from common.topics import GROUP_METADATA_TOPIC_NAME
-from metadata_log.controller_api import (
+from metadata_log.controller_api import (  # elections and quorum status
     AclCreationResult,
     AllocateProducerIdsResponse,
     AlterUserScramCredentialsRequest,
@@ -40,6 +40,10 @@ from metadata_log.controller_api import (
     DeleteAclsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    PartitionResult,
+    QuorumStatus,
     TopicResult,
 )
 
@@ -60,6 +64,8 @@ class ActiveController(Protocol):
     async def alter_user_scram_credentials(
         self, req: AlterUserScramCredentialsRequest
     ) -> AlterUserScramCredentialsResponse: ...
+    async def elect_leaders(self, req: ElectLeadersRequest) -> ElectLeadersResponse: ...
+    async def quorum_status(self) -> QuorumStatus: ...
 
 
 class Admin:
@@ -129,6 +135,20 @@ class Admin:
             return AlterUserScramCredentialsResponse(
                 [AlterUserScramCredentialsResult(u, code, msg) for u in users]
             )
+
+    async def elect_leaders(self, req: ElectLeadersRequest) -> ElectLeadersResponse:
+        try:
+            return await self.controller.elect_leaders(req)
+        except (ControllerError, ControllerUnavailable) as exc:
+            code, msg = _failure(exc)
+            return ElectLeadersResponse(
+                [PartitionResult(tp.topic, tp.partition, code, msg) for tp in req.partitions or []]
+            )
+
+    async def quorum_status(self) -> QuorumStatus:
+        """The active controller's view of the quorum (DescribeQuorum); raises
+        ControllerError or ControllerUnavailable."""
+        return await self.controller.quorum_status()
 
     async def create_offsets_topic(self) -> None:
         """__consumer_offsets on first use, compacted, as Kafka creates it."""

@@ -37,6 +37,8 @@ from broker import (
     apis_acls,
     apis_admin,
     apis_data,
+    apis_describe,
+    apis_elect,
     apis_group,
     apis_group_admin,
     apis_metadata,
@@ -214,6 +216,8 @@ HANDLERS = _by_key(
     apis_group.API_HANDLERS,
     apis_group_admin.API_HANDLERS,
     apis_sasl.API_HANDLERS,
+    apis_elect.API_HANDLERS,
+    apis_describe.API_HANDLERS,
     API_HANDLERS,
 )
 # What ApiVersions advertises: exactly the rows above.

@@ -28,7 +28,7 @@ import msgspec
 from common.clock import SYSTEM_CLOCK, Clock
 from common.controller_plane import ControllerPlaneClient
 from common.errors import Errors
-from metadata_log.controller_api import (
+from metadata_log.controller_api import (  # elections and quorum status
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
     AlterPartitionRequest,
@@ -45,7 +45,10 @@ from metadata_log.controller_api import (
     DeleteAclsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     ErrorResponse,
+    QuorumStatus,
 )
 
 log = logging.getLogger("broker.controller_channel")
@@ -227,6 +230,35 @@ class ControllerChannel:
         self, req: AlterUserScramCredentialsRequest
     ) -> AlterUserScramCredentialsResponse:
         return await self.post("/v1/scram-credentials", req, AlterUserScramCredentialsResponse)
+
+    # -- elections and quorum status (issue 14) ------------------------------------------------
+
+    async def elect_leaders(self, req: ElectLeadersRequest) -> ElectLeadersResponse:
+        return await self.post("/v1/leaders/elect", req, ElectLeadersResponse)
+
+    async def quorum_status(self) -> QuorumStatus:
+        """The status of the active controller: ask any controller, then the leader it
+        names (only the Raft leader knows its followers' progress)."""
+        last: Exception | None = None
+        for base in self.controllers[self._writer :] + self.controllers[: self._writer]:
+            try:
+                status = await self._status(base)
+                if status.role != "leader" and status.leader_http:
+                    leader = f"{self.security.scheme}://{status.leader_http}"
+                    status = await self._status(leader)
+                if status.role == "leader":
+                    return status
+                last = ControllerUnavailable(f"{base} knows no active controller")
+            except (aiohttp.ClientError, TimeoutError, OSError, msgspec.DecodeError) as exc:
+                last = exc
+        raise ControllerUnavailable(f"no controller answered with the quorum status: {last}")
+
+    async def _status(self, base: str) -> QuorumStatus:
+        status, body, _ = await self.get(f"{base}/v1/quorum/status", self.request_timeout_s)
+        if status != 200:
+            err = _error(body, status)
+            raise ControllerError(err.error_code, err.error_message)
+        return msgspec.json.decode(body, type=QuorumStatus)
 
 
 def _error(data: bytes, status: int) -> ErrorResponse:

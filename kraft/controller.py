@@ -39,6 +39,7 @@ from kraft.acl_control import AclControlManager
 from kraft.cluster_control import BrokerTransition, ClusterControlManager
 from kraft.configuration_control import ConfigurationControlManager
 from kraft.decision import ControllerConfig, Decision
+from kraft.leader_balance import LeaderBalanceConfig, LeaderBalancer
 from kraft.producer_id_control import ProducerIdControlManager
 from kraft.replication_control import ReplicationControlManager
 from kraft.scram_control import ScramControlManager
@@ -78,6 +79,13 @@ class QuorumController:
         self.producer_ids = ProducerIdControlManager(self.config)
         self.acls = AclControlManager(self.config, new_acl_id or new_topic_id)
         self.scram = ScramControlManager(self.config)
+        self.leader_balance = LeaderBalancer(
+            LeaderBalanceConfig(
+                config.auto_leader_rebalance_enable,
+                config.leader_imbalance_per_broker_percentage,
+                config.leader_imbalance_check_interval_ms,
+            )
+        )
         self._routes: dict[type, Route] = {
             BrokerRegistrationRequest: self._register_broker,
             BrokerHeartbeatRequest: self._heartbeat,
@@ -100,11 +108,16 @@ class QuorumController:
     def activate(self, image: MetadataImage, now_ms: int) -> None:
         """This node became the active controller: fresh sessions for every broker."""
         self.cluster.activate(image, now_ms)
+        self.leader_balance.activate(now_ms)
 
     def tick(self, image: MetadataImage, now_ms: int) -> list[Record]:
-        """Fence brokers whose session expired; elect where leadership is missing."""
+        """Fence brokers whose session expired; elect where leadership is missing; when
+        nothing else changes, move leadership back to preferred replicas when due
+        (kraft/leader_balance.py): its elections are taken on the image the fencing
+        changes already reached, never beside them in one batch."""
         records, transition = self.cluster.fence_expired(image, now_ms)
-        return records + self.replication.rebalance(image, transition, now_ms)
+        records += self.replication.rebalance(image, transition, now_ms)
+        return records or self.leader_balance.tick(image, now_ms)
 
     # -- broker state changes: the cluster's record, then the partitions' ---------------------
 

@@ -52,6 +52,9 @@ class ControllerNodeConfig:
     max_retained_records: int = 50_000
     max_body_bytes: int = 1 << 20
     unclean_leader_election: bool = False
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_per_broker_percentage: int = 10
+    leader_imbalance_check_interval_ms: int = 300_000
     # The HTTP API's TLS (None: plain http) and who may call it.
     ssl_context: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
     auth: ApiAuth = field(default_factory=ApiAuth)
@@ -64,6 +67,9 @@ class ControllerNodeConfig:
             num_partitions=self.num_partitions,
             default_replication_factor=self.default_replication_factor,
             unclean_leader_election=self.unclean_leader_election,
+            auto_leader_rebalance_enable=self.auto_leader_rebalance_enable,
+            leader_imbalance_per_broker_percentage=self.leader_imbalance_per_broker_percentage,
+            leader_imbalance_check_interval_ms=self.leader_imbalance_check_interval_ms,
         )
 
     def http_address(self, node_id: int) -> str | None:
@@ -168,6 +174,13 @@ def from_properties(values: Mapping[str, str]) -> ControllerNodeConfig:
         # protocol, a JSON admin API needs far less.
         max_body_bytes=props.get_int("socket.request.max.bytes", 1 << 20, min=1024),
         unclean_leader_election=props.get_bool("unclean.leader.election.enable", False),
+        auto_leader_rebalance_enable=props.get_bool("auto.leader.rebalance.enable", True),
+        leader_imbalance_per_broker_percentage=props.get_int(
+            "leader.imbalance.per.broker.percentage", 10, min=0, max=100
+        ),
+        # Seconds in Kafka; at least 1 s so a typo cannot turn the check into a busy loop.
+        leader_imbalance_check_interval_ms=1000
+        * props.get_int("leader.imbalance.check.interval.seconds", 300, min=1, max=86_400 * 7),
         ssl_context=ssl_context,
         auth=auth,
     )

@@ -31,6 +31,9 @@ class ControllerConfig:
     default_replication_factor: int = 1  # default.replication.factor
     producer_id_block_size: int = 1000
     unclean_leader_election: bool = False  # unclean.leader.election.enable (cluster default)
+    auto_leader_rebalance_enable: bool = True  # auto.leader.rebalance.enable
+    leader_imbalance_per_broker_percentage: int = 10  # leader.imbalance.per.broker.percentage
+    leader_imbalance_check_interval_ms: int = 300_000  # leader.imbalance.check.interval.seconds
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.errors import Errors
 from metadata_log.image import PartitionRegistration
 from metadata_log.records import NO_LEADER
 
@@ -71,3 +72,35 @@ def elect(
         leader_epoch=p.leader_epoch + (1 if leader != p.leader else 0),
         partition_epoch=p.partition_epoch + 1,
     )
+
+
+# -- elections an operator asks for (ElectLeaders) -------------------------------------------
+
+PREFERRED, UNCLEAN = 0, 1  # Kafka's ElectionType values
+
+
+def elect_on_request(
+    p: PartitionView, election_type: int, usable: set[int]
+) -> PartitionChange | int:
+    """The change an ElectLeaders request makes to `p`, or the Kafka error code saying why
+    none (Kafka's ReplicationControlManager.electLeader over PartitionChangeBuilder):
+
+    - preferred: ELECTION_NOT_NEEDED when the first replica already leads; it takes over
+      when it is in the ISR and usable, else PREFERRED_LEADER_NOT_AVAILABLE;
+    - unclean: ELECTION_NOT_NEEDED while the partition has a leader; a usable ISR member
+      is still preferred (a clean election), else the first usable replica leads with an
+      ISR of itself; with no usable replica, ELIGIBLE_LEADERS_NOT_AVAILABLE.
+    """
+    if election_type == PREFERRED:
+        preferred = p.replicas[0]
+        if p.leader == preferred:
+            return Errors.ELECTION_NOT_NEEDED
+        if preferred not in p.isr or preferred not in usable:
+            return Errors.PREFERRED_LEADER_NOT_AVAILABLE
+        return PartitionChange(p.isr, preferred, p.leader_epoch + 1, p.partition_epoch + 1)
+    if p.leader != NO_LEADER:
+        return Errors.ELECTION_NOT_NEEDED
+    change = elect(p, usable, unclean_allowed=True)
+    if change is None or change.leader == NO_LEADER:
+        return Errors.ELIGIBLE_LEADERS_NOT_AVAILABLE
+    return change

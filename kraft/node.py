@@ -53,6 +53,7 @@ from metadata_log.controller_api import (
     ElectLeadersRequest,
     ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
+    QuorumReplicaState,  # DescribeQuorum
     QuorumStatus,
 )
 from metadata_log.image import MetadataImage
@@ -339,7 +340,28 @@ class ControllerNode:
             controller_epoch=image.controller_epoch,
             metadata_offset=self.quorum.next_offset,
             commit_index=raft.commit_index,
+            **self._replication(image, raft.commit_index),
         )
+
+    def _replication(self, image: MetadataImage, commit_index: int) -> dict[str, Any]:
+        """DescribeQuorum's part of the status, on the Raft leader: each voter's progress;
+        brokers (which read the log over HTTP, not Raft) as observers whose offsets this
+        node does not track (-1)."""
+        progress = self.quorum.replication()
+        if not progress:
+            return {}
+        voters = []
+        for v in progress:
+            host, port = self.config.voters.get(v.node_id, (None, None))
+            voters.append(
+                QuorumReplicaState(
+                    v.node_id, v.log_end_offset, v.last_fetch_ms, v.last_caught_up_ms, host, port
+                )
+            )
+        observers = [
+            QuorumReplicaState(b.broker_id) for b in image.brokers.values() if not b.fenced
+        ]
+        return {"high_watermark": commit_index + 1, "voters": voters, "observers": observers}
 
     def metrics(self) -> dict[str, float]:
         image = self.quorum.image()

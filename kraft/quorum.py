@@ -31,12 +31,14 @@ import heapq
 import itertools
 import logging
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.monotonic import monotonic as raft_monotonic
 
 from kraft.state_machine import AppendResult, AppendStatus, MetadataStateMachine
 from metadata_log.image import MetadataImage
@@ -67,6 +69,14 @@ class RaftStatus:
     leader_id: int  # -1 when unknown
     commit_index: int  # Raft index: for diagnostics only, never a metadata offset
     last_applied: int
+
+
+@dataclass(frozen=True, slots=True)
+class VoterProgress:
+    node_id: int
+    log_end_offset: int  # -1: unknown
+    last_fetch_ms: int  # wall clock; -1: unknown
+    last_caught_up_ms: int  # wall clock; -1: unknown
 
 
 class MetadataConsumer(SyncObjConsumer):
@@ -130,6 +140,7 @@ class Quorum:
         self._state_listeners: list[Callable[[], None]] = []
         self.commit_latency_s = 0.0  # EWMA of successful appends
         self.append_retries = 0
+        self._caught_up_ms: dict[int, int] = {}  # voter -> last time it was caught up
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -337,6 +348,34 @@ class Quorum:
             last_applied=s.raftLastApplied,
         )
 
+    def replication(self) -> list[VoterProgress]:
+        """Each voter's progress as this node sees it; meaningful on the Raft leader only
+        (pysyncobj keeps match indexes and response times there). Offsets are Raft
+        indexes + 1 (the next index, as a log end offset); times are wall-clock ms."""
+        s = self._syncobj
+        if s is None or not s._isLeader():
+            return []
+        match = _copy(s._SyncObj__raftMatchIndex)  # noqa: SLF001 - no public getter
+        seen = _copy(s._SyncObj__lastResponseTime)  # noqa: SLF001
+        leader_end = s._SyncObj__getCurrentLogIndex() + 1  # noqa: SLF001
+        now_wall_ms = int(time.time() * 1000)
+        now_mono = raft_monotonic()  # the clock pysyncobj stamps responses with
+        out = [VoterProgress(self.node_id, leader_end, now_wall_ms, now_wall_ms)]
+        by_id = {self._addr_to_id.get(n.id, -1): n for n in set(match) | set(seen)}
+        for node_id in sorted(self.voters):
+            if node_id == self.node_id:
+                continue
+            node = by_id.get(node_id)
+            end = match[node] + 1 if node in match else -1
+            fetched = -1
+            if node in seen:
+                fetched = now_wall_ms - int((now_mono - seen[node]) * 1000)
+            if end >= leader_end and fetched >= 0:
+                self._caught_up_ms[node_id] = fetched
+            caught_up = self._caught_up_ms.get(node_id, -1)
+            out.append(VoterProgress(node_id, end, fetched, caught_up))
+        return out
+
     @property
     def state_machine(self) -> MetadataStateMachine:
         # Always through the consumer: loading a snapshot replaces the state machine.
@@ -366,6 +405,15 @@ class Quorum:
         return self._consumer
 
 
+def _copy(d: dict) -> dict:
+    """A copy of a dict the tick thread may be resizing (a copy racing a resize raises;
+    a retry sees the settled dict)."""
+    for _ in range(5):
+        with contextlib.suppress(RuntimeError):
+            return dict(d)
+    return {}
+
+
 def _check_bindable(host: str, port: int) -> None:
     """Fail start-up with a clear message instead of letting pysyncobj retry the bind
     forever in its thread (it binds with SO_REUSEADDR too, so this matches)."""
@@ -386,4 +434,5 @@ __all__ = [
     "Quorum",
     "QuorumError",
     "RaftStatus",
+    "VoterProgress",
 ]

@@ -19,7 +19,7 @@ from common.topics import is_valid_name
 from kraft.cluster_control import BrokerTransition, ClusterControlManager
 from kraft.configuration_control import ConfigurationControlManager
 from kraft.decision import ControllerConfig, Decision
-from kraft.election import PartitionView, elect
+from kraft.election import PartitionView, elect, elect_on_request
 from kraft.placement import PlacementError, assign_replicas
 from metadata_log.controller_api import (
     AlterPartitionRequest,
@@ -344,10 +344,15 @@ class ReplicationControlManager:
     def elect_leaders(
         self, image: MetadataImage, req: ElectLeadersRequest, now_ms: int
     ) -> Decision:
+        """Kafka's ReplicationControlManager.electLeaders (rules in
+        kraft.election.elect_on_request). A null partition list means every partition,
+        and then, as Kafka, partitions that need no election are left out of the answer."""
+        every = req.partitions is None
         if req.partitions is None:
             targets = [(t.name, p) for t in image.topics.values() for p in sorted(t.partitions)]
         else:
-            targets = [(tp.topic, tp.partition) for tp in req.partitions]
+            targets = list(dict.fromkeys((tp.topic, tp.partition) for tp in req.partitions))
+        usable = {b for b in image.brokers if image.is_usable(b)}
         results: list[PartitionResult] = []
         records: list[Record] = []
         for name, p in targets:
@@ -356,37 +361,27 @@ class ReplicationControlManager:
             if topic is None or reg is None:
                 results.append(PartitionResult(name, p, Errors.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
-            if req.election_type == 0:  # preferred
-                preferred = reg.replicas[0]
-                if reg.leader == preferred:
-                    results.append(PartitionResult(name, p, Errors.ELECTION_NOT_NEEDED))
-                    continue
-                if preferred not in reg.isr or not image.is_usable(preferred):
-                    results.append(PartitionResult(name, p, Errors.PREFERRED_LEADER_NOT_AVAILABLE))
-                    continue
-                leader, isr = preferred, reg.isr
-            else:  # unclean: only for a partition without a leader
-                if reg.leader != -1:
-                    results.append(PartitionResult(name, p, Errors.ELECTION_NOT_NEEDED))
-                    continue
-                live = [r for r in reg.replicas if image.is_usable(r)]
-                if not live:
-                    results.append(PartitionResult(name, p, Errors.ELIGIBLE_LEADERS_NOT_AVAILABLE))
-                    continue
-                leader = live[0]
-                isr = (leader,) if leader not in reg.isr else reg.isr
+            outcome = elect_on_request(PartitionView.of(reg), req.election_type, usable)
+            if isinstance(outcome, int):
+                if not (every and outcome == Errors.ELECTION_NOT_NEEDED):
+                    results.append(PartitionResult(name, p, outcome))
+                continue
             records.append(
                 PartitionChangeRecord(
                     topic.topic_id,
                     p,
-                    tuple(isr),
-                    leader,
-                    reg.leader_epoch + 1,
-                    reg.partition_epoch + 1,
+                    outcome.isr,
+                    outcome.leader,
+                    outcome.leader_epoch,
+                    outcome.partition_epoch,
                 )
             )
             results.append(PartitionResult(name, p, Errors.NONE))
+        # The batch did not apply (the image moved): the elections made are not known.
         failed = [
-            PartitionResult(r.topic, r.partition, Errors.UNKNOWN_SERVER_ERROR) for r in results
+            PartitionResult(r.topic, r.partition, Errors.UNKNOWN_SERVER_ERROR)
+            if r.error_code == Errors.NONE
+            else r
+            for r in results
         ]
         return Decision(tuple(records), ElectLeadersResponse(results), ElectLeadersResponse(failed))

@@ -276,6 +276,23 @@ class ErrorResponse(_Reply):
     error_message: str
 
 
+# -- quorum replication state (DescribeQuorum, `kraft metadata-quorum`) ----------------------
+
+
+class QuorumReplicaState(_Reply):
+    """One voter's (or observer's) progress as the Raft leader sees it (Kafka's
+    DescribeQuorumResponse ReplicaState). Offsets are the quorum's own log positions
+    (Raft indexes: what Kafka's __cluster_metadata offsets are to its quorum); -1 when
+    unknown. Timestamps are wall-clock milliseconds, -1 when unknown."""
+
+    replica_id: int
+    log_end_offset: int = -1
+    last_fetch_timestamp: int = -1
+    last_caught_up_timestamp: int = -1
+    host: str | None = None  # the voter's Raft address, for DescribeQuorum v2's nodes
+    port: int | None = None
+
+
 class QuorumStatus(_Reply):
     node_id: int
     role: str  # "leader" (active controller), "follower", "candidate"
@@ -286,6 +303,10 @@ class QuorumStatus(_Reply):
     controller_epoch: int
     metadata_offset: int  # next offset to be written
     commit_index: int
+    # Replication state, filled in by the Raft leader only (empty elsewhere).
+    high_watermark: int = -1  # the leader's commit index + 1
+    voters: list[QuorumReplicaState] = msgspec.field(default_factory=list)
+    observers: list[QuorumReplicaState] = msgspec.field(default_factory=list)
 
 
 # -- reads ---------------------------------------------------------------------------------

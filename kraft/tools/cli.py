@@ -13,7 +13,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kraft.tools import acls_cli, client_cli, configs_cli, dump_log, groups_cli, metadata_cli
+from kraft.tools import (  # issue 14: elections, describing
+    acls_cli,
+    client_cli,
+    configs_cli,
+    dump_log,
+    elect_cli,
+    groups_cli,
+    log_dirs_cli,
+    metadata_cli,
+    quorum_cli,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     groups_cli.add_parser(sub)
     acls_cli.add_parser(sub)
     configs_cli.add_parser(sub)
+    elect_cli.add_parser(sub)
+    log_dirs_cli.add_parser(sub)
+    quorum_cli.add_parser(sub)
     # `dev` and `broker` parse their own options (see kraft/tools/dev.py, broker/main.py).
     sub.add_parser("dev", help="run a local cluster (3 controllers, 3 brokers)", add_help=False)
     sub.add_parser("broker", help="run a Kafka-protocol broker", add_help=False)
@@ -57,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         return acls_cli.run(args)
     if args.command in configs_cli.COMMANDS:
         return configs_cli.run(args)
+    for tool in (elect_cli, log_dirs_cli, quorum_cli):
+        if args.command in tool.COMMANDS:
+            return tool.run(args)
     # The one command left: `controller`.
     from kraft import controller_main  # imported late: it pulls in pysyncobj and aiohttp
 

@@ -355,6 +355,51 @@ REFUSALS: dict[int, Check] = {
 }
 
 
+# -- elections and the describing APIs (issue 14) ----------------------------------------------
+
+
+def _elect_leaders(c: RawClient, v: int, t: Target) -> None:
+    asked = [{"topic": t.topic, "partitions": [0]}]
+    resp = call(c, 43, v, {"election_type": 0, "topic_partitions": asked, "timeout": 5000})
+    if v >= 1:
+        assert resp.error_code == CLUSTER_DENIED
+    results = [(r.topic, [p.error_code for p in r.partition_result])
+               for r in resp.replica_election_results]  # fmt: skip
+    assert results == [(t.topic, [CLUSTER_DENIED])]
+
+
+def _describe_log_dirs(c: RawClient, v: int, t: Target) -> None:
+    resp = call(c, 35, v, {"topics": None})
+    assert resp.results == ()
+    if v >= 3:
+        assert resp.error_code == CLUSTER_DENIED
+
+
+def _describe_topic_partitions(c: RawClient, v: int, t: Target) -> None:
+    resp = call(c, 75, v, {"topics": [{"name": t.topic}], "response_partition_limit": 10})
+    assert [(x.name, x.error_code, x.partitions) for x in resp.topics] == [
+        (t.topic, TOPIC_DENIED, ())
+    ]
+    listed = call(c, 75, v, {"topics": [], "response_partition_limit": 10})
+    assert listed.topics == ()  # listing all leaves refused topics out
+
+
+def _describe_quorum(c: RawClient, v: int, t: Target) -> None:
+    asked = [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]
+    resp = call(c, 55, v, {"topics": asked})
+    assert resp.error_code == CLUSTER_DENIED and resp.topics == ()
+
+
+REFUSALS.update(
+    {
+        ApiKey.ELECT_LEADERS: _elect_leaders,
+        ApiKey.DESCRIBE_LOG_DIRS: _describe_log_dirs,
+        ApiKey.DESCRIBE_TOPIC_PARTITIONS: _describe_topic_partitions,
+        ApiKey.DESCRIBE_QUORUM: _describe_quorum,
+    }
+)
+
+
 def check_refused(client: RawClient, advertised: dict[int, tuple[int, int]], t: Target) -> None:
     """Every advertised API, at its lowest and highest version, refuses (see REFUSALS)."""
     unknown = sorted(k for k in advertised if k not in REFUSALS and k not in OPEN_APIS)
