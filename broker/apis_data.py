@@ -250,6 +250,7 @@ async def handle_fetch(apis: BrokerApis, header: RequestHeader, body: Any) -> Re
                     getattr(p, "current_leader_epoch", -1),
                     getattr(p, "last_fetched_epoch", -1),
                     replica_epoch,
+                    getattr(p, "log_start_offset", -1),
                 )
                 items.append((p.partition, fp))
                 reads.append(fp)

@@ -221,7 +221,12 @@ def encode_produce_response(
             else:
                 out += _PRODUCE_PART.pack(index, r.error_code, r.base_offset, r.log_append_time_ms)
             if api_version >= 8:
-                out += _array_len(0, flexible)  # record_errors: whole batches only
+                out += _array_len(len(r.record_errors), flexible)
+                for e in r.record_errors:  # rare: a refused batch (keyless on compacted)
+                    out += _I32.pack(e.batch_index)
+                    out += _nullable_string(e.message, flexible)
+                    if flexible:
+                        out += b"\x00"
                 out += _nullable_string(r.error_message, flexible)
             if flexible:
                 out += b"\x00"

@@ -14,17 +14,21 @@ from dataclasses import dataclass, field
 from broker.fetcher import FollowerData, FollowerFetchState
 from broker.partition import AlterIsr, Partition
 from broker.producer_state import BatchHeader, ProducerStateError, ProducerStateManager
-from broker.results import FetchResult, ListOffsetResult, ProduceResult
+from broker.results import FetchResult, ListOffsetResult, ProduceResult, RecordError
 from common.errors import Errors
 from metadata_log.image import PartitionRegistration
 from storage.epoch_cache import UNDEFINED_EPOCH
 from storage.log import Log
 from storage.log_types import FetchDataInfo, OffsetOutOfRangeError, UnexpectedAppendOffsetError
 from storage.record_batch import CheckedBatch, RecordBatchError, RecordBatchView, iter_batches
+from storage.records import decode_batch
 
 log = logging.getLogger("broker.replica_manager")
 
-LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+# ListOffsets' special timestamps. No tiered storage here: the local log start is the
+# log start (-4, KIP-405), and nothing is tiered (-5, KIP-1005: offset -1, as Kafka
+# answers with remote storage off).
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
 def log_headers(lg: Log) -> Iterator[RecordBatchView]:
@@ -38,6 +42,30 @@ def start_leader_epoch(lg: Log, leader_epoch: int) -> None:
     divergence checks need it before our first append in it."""
     if leader_epoch > lg.leader_epoch_cache.latest_epoch:
         lg.leader_epoch_cache.assign(leader_epoch, lg.log_end_offset)
+
+
+def check_keys(batches: list[CheckedBatch], name: str) -> ProduceResult | None:
+    """Kafka's LogValidator.validateKey for a compacted topic: every record needs a key,
+    else INVALID_RECORD with a record error per keyless record (its index in the batch)
+    and processRecordErrors' message. Decodes the records (decompressing): only
+    compacted topics pay it, as in Kafka."""
+    errors: list[RecordError] = []
+    for b in batches:
+        if b.is_control:
+            continue
+        for i, rec in enumerate(decode_batch(b).records):
+            if rec.key is None:
+                why = f"Compacted topic cannot accept message without key in topic partition {name}"
+                errors.append(RecordError(i, why))
+    if not errors:
+        return None
+    shown = ", ".join(f"RecordError(batchIndex={e.batch_index}, message='{e.message}')"
+                      for e in errors[:3])  # fmt: skip
+    message = (
+        f"One or more records have been rejected due to {len(errors)} record errors in "
+        f"total, and only showing the first three errors at most: [{shown}]"
+    )
+    return ProduceResult(Errors.INVALID_RECORD, error_message=message, record_errors=tuple(errors))
 
 
 def wake(waiters: set[asyncio.Future[None]]) -> None:
@@ -130,12 +158,19 @@ class HostedPartition:
         allows. Returns the result and the last offset of the batches (a duplicate's
         original ones), for acks=all to wait on. The producer-state checks and the log
         use the header fields read when the batches were checked."""
+        lg = self.log
+        if lg.config.compact:
+            try:
+                refused = check_keys(batches, self.name)
+            except RecordBatchError as exc:  # records that do not decode
+                return ProduceResult(exc.error_code, error_message=str(exc)), -1
+            if refused is not None:
+                return refused, -1
         headers = [BatchHeader.of_fields(b.fields) for b in batches]
         try:
             dup = self.producers.check(headers)
         except ProducerStateError as exc:
             return ProduceResult(exc.error_code, error_message=str(exc)), -1
-        lg = self.log
         if dup is not None:  # a retry of a batch we have: its original offsets
             result = ProduceResult(Errors.NONE, dup.first_offset, -1, lg.log_start_offset)
             return result, dup.last_offset
@@ -178,6 +213,7 @@ class HostedPartition:
         registered_epoch: int | None,
         broker_epoch: int = -1,
         found: FetchDataInfo | None = None,
+        follower_log_start: int = -1,
     ) -> tuple[FetchResult, AlterIsr | None]:
         """A follower's fetch, on the leader: the divergence check (KIP-320), then its
         position (HW, ISR lag), then our log up to the LEO. Also returns the ISR
@@ -185,7 +221,8 @@ class HostedPartition:
         (`registered_epoch`: the follower's broker epoch in the metadata image, None
         when it is fenced or shutting down; `broker_epoch`: the one its fetch named,
         KIP-903, -1 for none). `found`: this very read, already made by a long-poll's
-        wait (`read_for_follower`), so the log is not read twice."""
+        wait (`read_for_follower`), so the log is not read twice. `follower_log_start`:
+        the follower's log start offset, which pending DeleteRecords wait on."""
         core, lg = self.core, self.log
         if replica_id not in core.replicas or core.is_stale_fetch(replica_id, broker_epoch):
             return FetchResult(Errors.NOT_LEADER_OR_FOLLOWER), None
@@ -197,8 +234,13 @@ class HostedPartition:
         expand = None
         if lg.log_start_offset <= fetch_offset <= lg.log_end_offset:
             leo = lg.log_end_offset
-            finish_acks(core.on_follower_fetch(replica_id, fetch_offset, leo, now_ms, broker_epoch))
-            if core.high_watermark != hw:
+            low = core.low_watermark(lg.log_start_offset)
+            finish_acks(
+                core.on_follower_fetch(
+                    replica_id, fetch_offset, leo, now_ms, broker_epoch, follower_log_start
+                )
+            )
+            if core.high_watermark != hw or core.low_watermark(lg.log_start_offset) != low:
                 self.wake()
             expand = core.maybe_expand_isr(replica_id, registered_epoch)
         try:
@@ -218,12 +260,13 @@ class HostedPartition:
         return self.log.read(fetch_offset, max(0, max_bytes), max_offset=self.core.high_watermark)
 
     def list_offset(self, timestamp: int) -> ListOffsetResult:
-        """ListOffsets as leader: -1 latest (the HW), -2 earliest, -3 max timestamp,
-        else the first record at or after `timestamp`, below the HW."""
+        """ListOffsets as leader: -1 latest (the HW), -2 earliest (and -4, earliest
+        local), -3 max timestamp (KIP-734), -5 latest tiered (none), else the first record
+        at or after `timestamp`; only records below the HW are found."""
         core, lg = self.core, self.log
         if timestamp == LATEST:
             return ListOffsetResult(Errors.NONE, -1, core.high_watermark, core.leader_epoch)
-        if timestamp == EARLIEST:
+        if timestamp in (EARLIEST, EARLIEST_LOCAL):
             start = lg.log_start_offset
             epoch = lg.leader_epoch_cache.epoch_for_offset(start)
             return ListOffsetResult(Errors.NONE, -1, start, epoch)

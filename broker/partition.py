@@ -75,6 +75,7 @@ class ReplicaState:
     last_caught_up_ms: int = -1  # last time it was caught up with our LEO (ISR shrink)
     last_fetch_leader_leo: int = UNKNOWN_OFFSET  # our LEO at its last fetch
     broker_epoch: int = -1  # the broker epoch its last fetch named (-1: none)
+    log_start: int = UNKNOWN_OFFSET  # the log start offset its last fetch named (DeleteRecords)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,14 +219,16 @@ class Partition(Generic[T]):
         local_leo: int,
         now_ms: int,
         broker_epoch: int = -1,
+        log_start_offset: int = UNKNOWN_OFFSET,
     ) -> list[tuple[T, int]]:
         """A follower fetched at `fetch_offset` (so it holds every offset below it) in our
-        current epoch, past the divergence check and `is_stale_fetch`. Returns produces
-        now complete."""
+        current epoch, past the divergence check and `is_stale_fetch`, naming its own log
+        start offset (for the low watermark). Returns produces now complete."""
         state = self._remote.get(replica_id)
         if not self.is_leader or state is None:
             return []
         state.broker_epoch = broker_epoch
+        state.log_start = log_start_offset
         leo = min(fetch_offset, local_leo)
         if leo >= local_leo:
             state.last_caught_up_ms = max(state.last_caught_up_ms, now_ms)
@@ -236,6 +239,19 @@ class Partition(Generic[T]):
         state.last_fetch_ms = now_ms
         state.last_fetch_leader_leo = local_leo
         return self._maybe_advance_hw(local_leo)
+
+    def low_watermark(self, local_log_start: int) -> int:
+        """Kafka's lowWatermarkIfLeader: the smallest log start offset among us and the
+        followers that count (here the ISR, which stands for Kafka's "alive" replicas),
+        as each last named it in a fetch of this epoch; UNKNOWN_OFFSET while one has not
+        fetched yet. A DeleteRecords completes when it reaches the requested offset."""
+        low = local_log_start
+        for r in self.maximal_isr:
+            if r == self.local_id:
+                continue
+            state = self._remote.get(r)
+            low = min(low, UNKNOWN_OFFSET if state is None else state.log_start)
+        return low
 
     def _maybe_advance_hw(self, local_leo: int) -> list[tuple[T, int]]:
         if not self.is_leader:

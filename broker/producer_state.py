@@ -43,6 +43,7 @@ class BatchMetadata:
 @dataclass(slots=True)
 class ProducerEntry:
     epoch: int
+    last_timestamp: int = -1  # the max timestamp of its last batch (DescribeProducers)
     batches: deque[BatchMetadata] = field(
         default_factory=lambda: deque(maxlen=MAX_BATCHES_PER_PRODUCER)
     )
@@ -70,6 +71,7 @@ class BatchHeader:
     last_offset_delta: int
     base_offset: int
     is_control: bool
+    max_timestamp: int = -1
 
     @classmethod
     def of(cls, view: RecordBatchView) -> BatchHeader:
@@ -81,7 +83,7 @@ class BatchHeader:
         """From the header fields `validate_batch` already read (`CheckedBatch.fields`)."""
         # (base, length, epoch, magic, crc, attributes, last_delta, base_ts, max_ts,
         #  producer id, producer epoch, base sequence, count)
-        return cls(f[9], f[10], f[11], f[6], f[0], bool(f[5] & CONTROL_MASK))
+        return cls(f[9], f[10], f[11], f[6], f[0], bool(f[5] & CONTROL_MASK), f[8])
 
     @property
     def is_idempotent(self) -> bool:
@@ -165,6 +167,11 @@ class ProducerStateManager:
             elif h.producer_epoch < entry.epoch:
                 continue  # an older epoch's batch (a follower replaying history)
             entry.batches.append(BatchMetadata(h.base_sequence, h.last_seq, base, last))
+            entry.last_timestamp = h.max_timestamp
+
+    def active_producers(self) -> list[tuple[int, ProducerEntry]]:
+        """(producer id, state) of every producer with batches in the log, by id."""
+        return sorted(((p, e) for p, e in self._producers.items() if e.batches), key=lambda x: x[0])
 
     def rebuild(self, views: Iterable[RecordBatchView]) -> None:
         """Start over from the log's batch headers (oldest first)."""

@@ -29,6 +29,7 @@ from broker.hosted import HostedPartition, finish, log_headers, start_leader_epo
 from broker.metadata_publisher import LoaderManifest
 from broker.partition import NO_LEADER, AlterIsr, Partition
 from broker.producer_state import ProducerStateManager
+from broker.record_deletion import LogStartCheckpointer
 from broker.results import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
 from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import Errors
@@ -79,6 +80,8 @@ class ReplicaManager:
         self._partitions: dict[TP, HostedPartition] = {}
         self._file_work: asyncio.Future[int] | None = None  # a metadata update's file step
         self._checkpointed_hw = log_manager.read_high_watermarks()
+        # DeleteRecords (leaders) and fetch answers (followers) move log start offsets.
+        self.log_start_checkpointer = LogStartCheckpointer(log_manager)
 
     # -- reads of the state ------------------------------------------------------------------
 
@@ -282,6 +285,11 @@ class ReplicaManager:
             return Errors.UNKNOWN_TOPIC_OR_PARTITION
         return Errors.NOT_LEADER_OR_FOLLOWER
 
+    def leader_partition(self, topic: str, partition: int) -> HostedPartition | int:
+        """The partition if we lead it, else the error to answer (NOT_LEADER_OR_FOLLOWER,
+        UNKNOWN_TOPIC_OR_PARTITION)."""
+        return self._leader(topic, partition, -1)
+
     def _leader(
         self, topic: str, partition: int, current_leader_epoch: int
     ) -> HostedPartition | int:
@@ -366,6 +374,7 @@ class ReplicaManager:
                 self._image.usable_broker_epoch(replica_id) if self.alter_partitions else None,
                 p.replica_epoch,
                 found,
+                p.log_start_offset,
             )
             if expand is not None:
                 self._propose_isr(h, expand, "expanding")
@@ -510,7 +519,11 @@ class ReplicaManager:
         h = self._partitions.get(tp)
         if h is None or h.transitioning or h.core.is_leader:
             return Errors.NONE
-        return await h.apply_leader_answer(sent, data)
+        start = h.log.log_start_offset
+        code = await h.apply_leader_answer(sent, data)
+        if h.log.log_start_offset != start:  # the leader's DeleteRecords reached us
+            self.log_start_checkpointer.request()
+        return code
 
     # -- shutdown --------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ class ProduceResult:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    record_errors: tuple[RecordError, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,15 @@ class FetchPartition:
     current_leader_epoch: int = -1  # -1: not checked
     last_fetched_epoch: int = -1  # followers (Fetch v12+): for divergence checks
     replica_epoch: int = -1  # followers (Fetch v15+): their broker epoch, KIP-903
+    log_start_offset: int = -1  # followers: their log start offset (DeleteRecords' low watermark)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordError:
+    """Produce v8+: one record a batch was refused for (Kafka's ProduceResponse.RecordError)."""
+
+    batch_index: int
+    message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -461,14 +461,17 @@ class Log:
         with self._lock:
             self._check_open()
             hw = self._leo if high_watermark is None else high_watermark
+            # Kafka's deleteLogStartOffsetBreachedSegments, whatever the cleanup policy:
+            # segments wholly below the log start offset (moved by DeleteRecords, or read
+            # from log-start-offset-checkpoint at start-up) go.
+            start = min(hw, self.log_start_offset)
+            deleted = self._delete_segments_while(lambda seg, nb: nb <= start)
             if not self.config.delete:
                 # cleanup.policy=compact: as in Kafka, retention.ms and retention.bytes do
-                # not apply; only segments wholly below the log start offset go.
-                start = min(hw, self.log_start_offset)
-                return self._delete_segments_while(lambda seg, nb: nb <= start)
+                # not apply.
+                return deleted
             now = self._clock()
             retention_ms = self.config.retention_ms
-            deleted = 0
             if retention_ms >= 0:
                 deleted += self._delete_segments_while(
                     lambda seg, nb: nb <= hw and now - seg.max_timestamp_so_far > retention_ms

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -87,6 +88,9 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self.had_clean_shutdown: dict[Path, bool] = {}
+        # The periodic pass and DeleteRecords both write log-start-offset-checkpoint, from
+        # worker threads: one at a time (they share the temporary file).
+        self._log_start_lock = threading.Lock()
 
     # -- start-up ----------------------------------------------------------------------------
 
@@ -224,8 +228,11 @@ class LogManager:
             write_offsets(d / RECOVERY_POINT_CHECKPOINT, offsets)
 
     def checkpoint_log_start_offsets(self) -> None:
-        for d, offsets in self._by_dir(lambda lg: lg.log_start_offset).items():
-            write_offsets(d / LOG_START_OFFSET_CHECKPOINT, offsets)
+        """`log-start-offset-checkpoint`: every log's start offset (DeleteRecords moves
+        it; a restart must not bring deleted records back). Callable from any thread."""
+        with self._log_start_lock:
+            for d, offsets in self._by_dir(lambda lg: lg.log_start_offset).items():
+                write_offsets(d / LOG_START_OFFSET_CHECKPOINT, offsets)
 
     def checkpoint_cleaner_offsets(self) -> None:
         """`cleaner-offset-checkpoint`: each compacted log's first dirty offset."""
