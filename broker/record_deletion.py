@@ -76,7 +76,8 @@ async def delete_records(
     first, target = delete_on_leader(h, offset)
     if first.error_code != Errors.NONE:
         return first
-    rm.log_start_checkpointer.request()
+    # Durable before the answer: a crash right after it must not bring the records back.
+    await rm.log_start_checkpointer.request()
     loop = asyncio.get_running_loop()
     epoch = h.core.leader_epoch
     while True:
@@ -104,30 +105,29 @@ async def delete_records(
 
 class LogStartCheckpointer:
     """Writes `log-start-offset-checkpoint` soon after a log start offset moves, in a
-    worker thread, one write at a time: requests during a write make one more."""
+    worker thread, one write at a time. `request()` returns a future done once a write
+    begun after the request has finished (requests during a write make one more)."""
 
     def __init__(self, log_manager: LogManager) -> None:
         self._log_manager = log_manager
         self._task: asyncio.Task[None] | None = None
-        self._again = False
+        self._waiting: list[asyncio.Future[None]] = []
 
-    def request(self) -> None:
-        if self._task is not None and not self._task.done():
-            self._again = True
-            return
-        self._task = asyncio.get_running_loop().create_task(self._write())
+    def request(self) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._waiting.append(fut)
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._write())
+        return fut
 
     async def _write(self) -> None:
-        while True:
-            self._again = False
+        while self._waiting:
+            batch, self._waiting = self._waiting, []
             try:
                 await asyncio.to_thread(self._log_manager.checkpoint_log_start_offsets)
             except OSError as exc:  # the periodic checkpoint tries again
                 log.error("log start offset checkpoint failed: %r", exc)
-            if not self._again:
-                return
-
-    async def wait(self) -> None:
-        """Let a write under way finish (tests, shutdown)."""
-        if self._task is not None:
-            await asyncio.shield(self._task)
+            for fut in batch:
+                if not fut.done():
+                    fut.set_result(None)

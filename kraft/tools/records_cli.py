@@ -128,6 +128,9 @@ def delete_records(args: argparse.Namespace) -> int:
     asked = parse_offset_json(text, str(path))
     resolve_connection(args)
     tool = AdminTool(args)
+    # Metadata first: librdkafka's DeleteRecords looks the leaders up once, and finds
+    # none while the client is still connecting; this also reports unreachable brokers.
+    cluster_metadata(tool.client, tool.bootstrap, tool.timeout_s)
     print("Executing records delete operation")
     futures = tool.client.delete_records(
         [TopicPartition(t, p, offset) for t, p, offset in asked],
@@ -139,7 +142,7 @@ def delete_records(args: argparse.Namespace) -> int:
         name = f"{tp.topic}-{tp.partition}"
         try:
             result = tool._get(fut)
-            print(f"partition: {name}\tlow_watermark: {result.offset}")
+            print(f"partition: {name}\tlow_watermark: {result.low_watermark}")
         except CliError as exc:
             print(f"partition: {name}\terror: {exc}")
     return 0
