@@ -469,3 +469,31 @@ def _group_view(client: RawClient, group_id: str) -> Any:
     committed = {(t.name, p.partition_index): p.committed_offset
                  for t in fetched.topics for p in t.partitions}  # fmt: skip
     return g.group_state, sorted(m.member_id for m in g.members), committed
+
+
+# -- record deletion and producers (issue 14) --------------------------------------------------
+
+
+def _delete_records(c: RawClient, v: int, t: Target) -> None:
+    # DELETE on the topic, checked before existence (Kafka's handleDeleteRecordsRequest).
+    topics = [{"name": n, "partitions": [{"partition_index": 0, "offset": -1}]}
+              for n in (t.topic, "no-such-topic")]  # fmt: skip
+    resp = call(c, 21, v, {"topics": topics, "timeout": 5000})
+    assert [(x.name, [(p.error_code, p.low_watermark) for p in x.partitions])
+            for x in resp.topics] == [(t.topic, [(TOPIC_DENIED, -1)]),
+                                      ("no-such-topic", [(TOPIC_DENIED, -1)])]  # fmt: skip
+
+
+def _describe_producers(c: RawClient, v: int, t: Target) -> None:
+    resp = call(c, 61, v, {"topics": [{"name": t.topic, "partition_indexes": [0, 1]}]})
+    got = [(x.name, [(p.error_code, p.active_producers) for p in x.partitions])
+           for x in resp.topics]  # fmt: skip
+    assert got == [(t.topic, [(TOPIC_DENIED, ()), (TOPIC_DENIED, ())])]
+
+
+REFUSALS.update(
+    {
+        ApiKey.DELETE_RECORDS: _delete_records,
+        ApiKey.DESCRIBE_PRODUCERS: _describe_producers,
+    }
+)
