@@ -310,7 +310,16 @@ def test_broker_configs_per_broker_default_and_refusals(cluster: ProcCluster) ->
     assert entry.documentation and entry.config_type == 5  # LONG
     # A topic without an override takes the broker's value.
     create_topic(cluster, "inherit", rf=1)
-    assert topic_value(cluster, "inherit", "retention.ms") in ("7200000", "3600000")
+
+    def inherited() -> str | None:
+        from confluent_kafka import KafkaException
+
+        try:
+            return topic_value(cluster, "inherit", "retention.ms")
+        except KafkaException:  # the answering broker has not seen the topic yet
+            return None
+
+    assert wait_for(inherited, 10, "inherit described") in ("7200000", "3600000")
     # Secrets are never shown; static configs are read-only.
     secret = describe(cluster, B, "4")["ssl.keystore.password"]
     assert secret.is_sensitive and secret.value is None
@@ -322,3 +331,90 @@ def test_broker_configs_per_broker_default_and_refusals(cluster: ProcCluster) ->
     assert err.code() == KafkaError.INVALID_REQUEST and "thread count" in err.str()
     cluster_default(cluster, "DELETE", "log.retention.ms")
     incremental(cluster, B, "5", ("DELETE", "log.retention.ms", None))
+
+
+def test_kraft_configs_tool(cluster: ProcCluster) -> None:
+    from tests.harness.cli import kraft, ok, one_line_error
+
+    create_topic(cluster, "tool", rf=1)
+    base = ("configs", "--bootstrap-server", cluster.bootstrap)
+    topic = (*base, "--entity-type", "topics", "--entity-name", "tool")
+    out = ok(
+        kraft(
+            *topic, "--alter", "--add-config", "retention.ms=5000,cleanup.policy=[delete,compact]"
+        )
+    )
+    assert out == "Completed updating config for topic tool.\n"
+
+    def dynamic() -> str | None:
+        out = ok(kraft(*topic, "--describe"))
+        return out if "retention.ms" in out else None
+
+    out = wait_for(dynamic, 10, "the topic's dynamic configs", cluster.logs)
+    assert out.splitlines() == [
+        "Dynamic configs for topic tool are:",
+        "  cleanup.policy=delete,compact sensitive=false "
+        "synonyms={DYNAMIC_TOPIC_CONFIG:cleanup.policy=delete,compact, "
+        "DEFAULT_CONFIG:log.cleanup.policy=delete}",
+        "  retention.ms=5000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=5000}",
+    ]
+    every = ok(kraft(*topic, "--describe", "--all")).splitlines()
+    assert every[0] == "All configs for topic tool are:"
+    assert (
+        "  segment.bytes=1073741824 sensitive=false "
+        "synonyms={DEFAULT_CONFIG:log.segment.bytes=1073741824}" in every
+    )
+    one_line_error(
+        kraft(*topic, "--alter", "--delete-config", "segment.ms"), "Invalid config(s): segment.ms"
+    )
+    one_line_error(
+        kraft(*topic, "--alter", "--add-config", "min.insync.replicas=0"),
+        "Value must be at least 1",
+    )
+
+    brokers = (*base, "--entity-type", "brokers")
+    out = ok(
+        kraft(
+            *brokers, "--entity-default", "--alter", "--add-config", "log.cleaner.backoff.ms=2000"
+        )
+    )
+    assert out == "Completed updating default config for brokers in the cluster.\n"
+    out = ok(
+        kraft(
+            *brokers, "--entity-name", "4", "--alter", "--add-config", "log.cleaner.backoff.ms=3000"
+        )
+    )
+    assert out == "Completed updating config for broker 4.\n"
+
+    def default_everywhere() -> str | None:
+        out = ok(kraft(*brokers, "--describe"))
+        return out if out.count("log.cleaner.backoff.ms=2000") == 3 else None
+
+    out = wait_for(default_everywhere, 10, "broker configs described", cluster.logs).splitlines()
+    assert out[0] == "Dynamic configs for broker 4 are:"
+    assert out[1] == (
+        "  log.cleaner.backoff.ms=3000 sensitive=false synonyms={"
+        "DYNAMIC_BROKER_CONFIG:log.cleaner.backoff.ms=3000, "
+        "DYNAMIC_DEFAULT_BROKER_CONFIG:log.cleaner.backoff.ms=2000, "
+        "DEFAULT_CONFIG:log.cleaner.backoff.ms=15000}"
+    )
+    assert out[-2:] == [
+        "Default configs for brokers in the cluster are:",
+        "  log.cleaner.backoff.ms=2000 sensitive=false "
+        "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.cleaner.backoff.ms=2000}",
+    ]
+    every = ok(kraft(*brokers, "--entity-name", "5", "--describe", "--all"))
+    assert (
+        "  ssl.keystore.password=null sensitive=true "
+        "synonyms={STATIC_BROKER_CONFIG:ssl.keystore.password=null}" in every
+    )
+    one_line_error(
+        kraft(*brokers, "--entity-name", "5", "--alter", "--add-config", "log.dirs=/x"),
+        "Cannot update these configs dynamically: Set(log.dirs)",
+    )
+    ok(kraft(*brokers, "--entity-default", "--alter", "--delete-config", "log.cleaner.backoff.ms"))
+    ok(
+        kraft(
+            *brokers, "--entity-name", "4", "--alter", "--delete-config", "log.cleaner.backoff.ms"
+        )
+    )
