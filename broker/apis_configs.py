@@ -122,7 +122,7 @@ def _broker_preview(apis: BrokerApis, name: str, req: IncrementalAlterConfigsReq
         raise _Refused(Errors.INVALID_REQUEST, why)
 
 
-def _incremental(res: Any) -> IncrementalAlterConfigsRequest:
+def _incremental(res: Any, validate_only: bool) -> IncrementalAlterConfigsRequest:
     names = [c.name for c in res.configs]
     if len(set(names)) != len(names):
         raise _Refused(Errors.INVALID_REQUEST, "Error due to duplicate config keys")
@@ -145,10 +145,11 @@ def _incremental(res: Any) -> IncrementalAlterConfigsRequest:
         delete=delete,
         append=ops[APPEND],
         subtract=ops[SUBTRACT],
+        validate_only=validate_only,
     )
 
 
-def _legacy(res: Any) -> IncrementalAlterConfigsRequest:
+def _legacy(res: Any, validate_only: bool) -> IncrementalAlterConfigsRequest:
     names = [c.name for c in res.configs]
     if len(set(names)) != len(names):
         raise _Refused(Errors.INVALID_REQUEST, "Error due to duplicate config keys")
@@ -160,6 +161,7 @@ def _legacy(res: Any) -> IncrementalAlterConfigsRequest:
         res.resource_name,
         set={c.name: c.value for c in res.configs},
         replace=True,
+        validate_only=validate_only,
     )
 
 
@@ -180,14 +182,11 @@ async def _alter(apis: BrokerApis, header: RequestHeader, body: Any, incremental
                 raise _Refused(Errors.INVALID_REQUEST, f"Unknown resource type {res.resource_type}")
             if res.resource_type == TOPIC and len(res.resource_name) > 249:
                 raise _Refused(Errors.INVALID_TOPIC_EXCEPTION, "Topic name is illegal")
-            req = _incremental(res) if incremental else _legacy(res)
+            build = _incremental if incremental else _legacy
+            req = build(res, bool(body.validate_only))
             if res.resource_type == BROKER:
                 _check_broker_resource(apis, res.resource_name)
                 _broker_preview(apis, res.resource_name, req)
-            req = IncrementalAlterConfigsRequest(
-                **{f: getattr(req, f) for f in req.__struct_fields__ if f != "validate_only"},
-                validate_only=body.validate_only,
-            )
             code, message = await apis.admin.alter_configs(req)
         except _Refused as refusal:
             code, message = refusal.code, refusal.message

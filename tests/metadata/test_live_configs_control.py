@@ -152,3 +152,27 @@ def test_effective_topic_value_follows_kafka_precedence() -> None:
     assert effective_topic_value("retention.ms", {}, {"log.retention.hours": "-1"}) == "-1"
     assert effective_topic_value("max.message.bytes", {}, {"message.max.bytes": "10"}) == "10"
     assert effective_topic_value("segment.bytes", {}, {}) == "1073741824"
+
+
+def test_a_dynamic_default_of_unclean_election_elects_at_the_next_tick() -> None:
+    from metadata_log.controller_api import AlterPartitionRequest, BrokerHeartbeatRequest
+    from tests.metadata.test_controller_managers import SESSION_MS
+
+    c = Cluster()
+    epochs = {b: c.start_broker(b) for b in (0, 1)}
+    created = c.run(CreateTopicsRequest([CreatableTopic("u", -1, -1, assignments={0: [0, 1]})]))
+    assert created.topics[0].error_code == Errors.NONE, created
+    topic = c.sm.image.topic_by_name("u")
+    reg = topic.partitions[0]
+    assert reg.leader == 0
+    # The ISR shrinks to the leader; then the leader's session runs out.
+    c.run(AlterPartitionRequest(0, epochs[0], topic.topic_id, 0, reg.leader_epoch,
+                                reg.partition_epoch, [0]))  # fmt: skip
+    c.run(BrokerHeartbeatRequest(1, epochs[1], c.sm.next_offset), SESSION_MS)
+    c.append(c.controller.tick(c.sm.image, SESSION_MS + 1))
+    assert c.sm.image.topic_by_name("u").partitions[0].leader == -1  # no clean choice
+    assert c.controller.tick(c.sm.image, SESSION_MS + 2) == []
+    alter(c, BROKER_RESOURCE, "", set={"unclean.leader.election.enable": "true"})
+    c.run(BrokerHeartbeatRequest(1, epochs[1], c.sm.next_offset), SESSION_MS + 3)
+    c.append(c.controller.tick(c.sm.image, SESSION_MS + 4))
+    assert c.sm.image.topic_by_name("u").partitions[0].leader == 1
