@@ -418,3 +418,29 @@ def test_kraft_configs_tool(cluster: ProcCluster) -> None:
             *brokers, "--entity-name", "4", "--alter", "--delete-config", "log.cleaner.backoff.ms"
         )
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--describe", "--entity-type", "topics", "--entity-default"], "brokers only"),
+        (["--describe", "--entity-type", "brokers", "--entity-name", "x"], "integer broker id"),
+        (["--describe", "--entity-type", "topics", "--entity-name", "a b"], "illegal topic name"),
+        (["--alter", "--entity-type", "topics", "--entity-name", "t"], "--add-config or"),
+        (["--alter", "--entity-type", "brokers", "--entity-name", "1", "--entity-default",
+          "--add-config", "a=1"], "exactly one"),
+        (["--alter", "--entity-type", "topics", "--entity-name", "t", "--add-config", "a"],
+         "expected key=value"),
+        (["--describe", "--entity-type", "topics", "--add-config", "a=1"], "go with --alter"),
+    ],
+)  # fmt: skip
+def test_kraft_configs_usage_errors(argv: list[str], fragment: str) -> None:
+    from tests.harness.cli import kraft, one_line_error
+
+    one_line_error(kraft("configs", *argv, "--bootstrap-server", "127.0.0.1:1"), fragment)
+
+
+def test_add_config_lists_in_brackets() -> None:
+    from kraft.tools.entity_configs import parse_add_config
+
+    assert parse_add_config("a=1, b=[x,y] ,c=") == {"a": "1", "b": "x,y", "c": ""}
