@@ -35,6 +35,7 @@ from broker.security.listener_security import (
     inter_broker_client_security,
     listener_security,
 )
+from common.config_def import is_sensitive_config
 from common.properties import ConfigError, Properties, read_properties
 from storage.config import LogConfig
 from storage.log_manager import LogManagerConfig
@@ -192,12 +193,9 @@ class BrokerConfig:
         return {k: (None if is_sensitive(k) else v, d) for k, (v, d) in out.items()}
 
 
-_SENSITIVE_SUFFIXES = ("sasl.jaas.config", ".password", "ssl.keystore.key", ".token")
-
-
 def is_sensitive(name: str) -> bool:
     """Whether a property holds a secret (never shown, logged or dumped)."""
-    return name.endswith(_SENSITIVE_SUFFIXES)
+    return is_sensitive_config(name)
 
 
 # -- .properties ----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from common.config_def import is_sensitive_config
 from metadata_log.delta import MetadataDelta
 from metadata_log.image import MetadataImage
 from metadata_log.records import BROKER_RESOURCE
@@ -109,13 +110,18 @@ class DynamicConfigPublisher:
         self, delta: MetadataDelta, image: MetadataImage, manifest: object
     ) -> None:
         if self.dynamic.update(image):
+            layers = self.dynamic.layers
             log.info(
                 "dynamic broker configs now: default %s, broker %s",
-                dict(self.dynamic.layers.dynamic_default),
-                dict(self.dynamic.layers.dynamic_broker),
+                _loggable(layers.dynamic_default),
+                _loggable(layers.dynamic_broker),
             )
             if self._on_change is not None:
                 self._on_change(self.dynamic)
+
+
+def _loggable(configs: Mapping[str, str]) -> dict[str, str]:
+    return {k: "(redacted)" if is_sensitive_config(k) else v for k, v in configs.items()}
 
 
 def with_cleaner_backoff(config: LogManagerConfig, layers: ConfigLayers) -> LogManagerConfig:

@@ -122,3 +122,12 @@ def split_list(value: str) -> list[str]:
     """ConfigDef's LIST: comma-separated, blanks around items dropped, "" is empty."""
     text = value.strip()
     return [] if not text else [item.strip() for item in text.split(",")]
+
+
+_SENSITIVE_SUFFIXES = ("sasl.jaas.config", ".password", "ssl.keystore.key", ".token")
+
+
+def is_sensitive_config(name: str) -> bool:
+    """Whether a config holds a secret (Kafka's PASSWORD type, and JAAS configs): never
+    shown by DescribeConfigs, logged or dumped."""
+    return name.endswith(_SENSITIVE_SUFFIXES)

@@ -176,3 +176,13 @@ def test_a_dynamic_default_of_unclean_election_elects_at_the_next_tick() -> None
     c.run(BrokerHeartbeatRequest(1, epochs[1], c.sm.next_offset), SESSION_MS + 3)
     c.append(c.controller.tick(c.sm.image, SESSION_MS + 4))
     assert c.sm.image.topic_by_name("u").partitions[0].leader == 1
+
+
+def test_secret_config_values_are_redacted_in_dumps() -> None:
+    from metadata_log.records import ConfigRecord
+    from metadata_log.redactor import REDACTED, loggable_record
+
+    secret = ConfigRecord(BROKER_RESOURCE, "", "listener.name.x.ssl.key.password", "pw")
+    assert loggable_record(secret)["value"] == REDACTED
+    plain = ConfigRecord(TOPIC_RESOURCE, "t", "retention.ms", "5")
+    assert loggable_record(plain)["value"] == "5"
