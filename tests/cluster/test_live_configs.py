@@ -233,7 +233,7 @@ def test_retention_change_deletes_old_segments_live(cluster: ProcCluster) -> Non
         consumer.close()
 
 
-def produce_error(c: ProcCluster, topic: str) -> Any:
+def produce_error(c: ProcCluster, topic: str, size: int = 1) -> Any:
     """The delivery error of one acks=all record, without retries (None: written)."""
     from confluent_kafka import Producer
 
@@ -241,7 +241,7 @@ def produce_error(c: ProcCluster, topic: str) -> Any:
         {"bootstrap.servers": c.bootstrap, "acks": "all", "retries": 0, "message.timeout.ms": 10000}
     )
     result: list[Any] = []
-    producer.produce(topic, value=b"v", on_delivery=lambda err, msg: result.append(err))
+    producer.produce(topic, value=b"v" * size, on_delivery=lambda err, msg: result.append(err))
     producer.flush(15)
     assert result, "no delivery report"
     return result[0]
@@ -283,6 +283,25 @@ def test_min_insync_replicas_change_applies_at_once(cluster: ProcCluster) -> Non
         assert (entry.value, entry.source) == ("4", 3), b  # DYNAMIC_DEFAULT_BROKER_CONFIG
     cluster_default(cluster, "DELETE", "min.insync.replicas")
     wait_for(lambda: produce_error(cluster, "isr") is None, 10, "default removed")
+
+
+def test_max_message_bytes_change_applies_at_once(cluster: ProcCluster) -> None:
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import ResourceType
+
+    create_topic(cluster, "big", rf=1)
+    assert produce_error(cluster, "big", 2000) is None
+    incremental(cluster, ResourceType.TOPIC, "big", ("SET", "max.message.bytes", "1000"))
+    wait_for(
+        lambda: (
+            (e := produce_error(cluster, "big", 2000)) is not None
+            and e.code() == KafkaError.MSG_SIZE_TOO_LARGE
+        ),
+        10,
+        "a 2000-byte batch refused",
+        cluster.logs,
+    )
+    assert produce_error(cluster, "big", 100) is None
 
 
 def test_broker_configs_per_broker_default_and_refusals(cluster: ProcCluster) -> None:
