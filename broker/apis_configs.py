@@ -180,8 +180,14 @@ async def _alter(apis: BrokerApis, header: RequestHeader, body: Any, incremental
                 raise _Refused(refused, None)
             if res.resource_type not in (TOPIC, BROKER):
                 raise _Refused(Errors.INVALID_REQUEST, f"Unknown resource type {res.resource_type}")
-            if res.resource_type == TOPIC and len(res.resource_name) > 249:
-                raise _Refused(Errors.INVALID_TOPIC_EXCEPTION, "Topic name is illegal")
+            if (
+                res.resource_type == TOPIC
+                and res.resource_name
+                and not is_valid_name(res.resource_name)
+            ):  # Kafka's Topic.validate ("" is the controller's INVALID_REQUEST)
+                raise _Refused(
+                    Errors.INVALID_TOPIC_EXCEPTION, f"Topic name {res.resource_name!r} is illegal"
+                )
             build = _incremental if incremental else _legacy
             req = build(res, bool(body.validate_only))
             if res.resource_type == BROKER:
