@@ -48,6 +48,7 @@ from metadata_log.controller_api import (  # elections and quorum status
     ElectLeadersRequest,
     ElectLeadersResponse,
     ErrorResponse,
+    IncrementalAlterConfigsRequest,
     QuorumStatus,
 )
 
@@ -235,6 +236,10 @@ class ControllerChannel:
 
     async def elect_leaders(self, req: ElectLeadersRequest) -> ElectLeadersResponse:
         return await self.post("/v1/leaders/elect", req, ElectLeadersResponse)
+
+    async def alter_configs(self, req: IncrementalAlterConfigsRequest) -> None:
+        """One resource's config change; a refusal raises ControllerError."""
+        await self.post("/v1/configs", req, type(None))
 
     async def quorum_status(self) -> QuorumStatus:
         """The status of the active controller: ask any controller, then the leader it
