@@ -283,6 +283,12 @@ def test_delete_records_and_get_offsets_tools(cluster: ProcCluster, tmp_path: Pa
     assert ok(kraft(*base, "--time", "earliest")) == f"{topic}:0:7\n{topic}:1:0\n"
     assert ok(kraft(*base, "--time", "-1")) == f"{topic}:0:20\n{topic}:1:0\n"
     assert ok(kraft(*base, "--time", "-2", "--partitions", "0")) == f"{topic}:0:7\n"
+    # Kafka's --topic-partitions patterns, and the brokers from --command-config.
+    props = tmp_path / "client.properties"
+    props.write_text(f"bootstrap.servers={b}\n")
+    out = kraft("get-offsets", "--command-config", str(props), "--topic-partitions",
+                f"{topic}:1-,nothing-matches", "--time", "earliest")  # fmt: skip
+    assert ok(out) == f"{topic}:1:0\n"
     # max-timestamp: partition 1 is empty (no such offset: left out, as Kafka's tool).
     out = ok(kraft(*base, "--time", "max-timestamp"))
     assert out.startswith(f"{topic}:0:") and f"{topic}:1:" not in out
