@@ -331,6 +331,22 @@ def test_list_offsets_by_timestamp_and_max_timestamp_exact(cluster: ProcCluster)
         assert (got.offset, got.timestamp) == (offset, found_ts), ts - base
     got = list_offset(cluster, topic, OffsetSpec.max_timestamp())
     assert (got.offset, got.timestamp) == (2, base + 50)  # KIP-734: that record's offset
+    # librdkafka's own offsetsForTimes (a consumer's ListOffsets, as its test 0054 uses),
+    # with timestamps from long ago (1234 ms, 2001).
+    from confluent_kafka import Consumer, TopicPartition
+
+    old = "ts-old"
+    create_topic(cluster, old, [[5, 6, 4]])
+    for ts in (1234, 999999999999):
+        p.produce(old, value=b"x", partition=0, timestamp=ts)
+    assert p.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "ts"})
+    try:
+        for ts, offset in ((1234, 0), (999999999999, 1), (base, -1)):
+            got = consumer.offsets_for_times([TopicPartition(old, 0, ts)], timeout=15)[0]
+            assert (got.error, got.offset) == (None, offset), ts
+    finally:
+        consumer.close()
     assert (
         ok(
             kraft(
