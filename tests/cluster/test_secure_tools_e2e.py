@@ -247,3 +247,30 @@ def test_operations_tools_take_the_command_config(cluster: Cluster) -> None:
     ]:
         one_line_error(proc, "CLUSTER_AUTHORIZATION_FAILED")
         no_secret(cluster, proc.stdout, proc.stderr)
+
+
+def test_record_tools_take_the_command_config(cluster: Cluster, tmp_path: Path) -> None:
+    """delete-records and get-offsets log in with --command-config; deleting needs DELETE
+    on the topic, which alice lacks and the super user has."""
+    create_topic(cluster, "records-secure")
+    spec = tmp_path / "offsets.json"
+    spec.write_text('{"partitions": [{"topic": "records-secure", "partition": 0, '
+                    '"offset": 0}], "version": 1}')  # fmt: skip
+    deleted = ok(as_admin(cluster, "delete-records", "--offset-json-file", str(spec)))
+    assert "partition: records-secure-0\tlow_watermark: 0\n" in deleted
+    offsets = ok(as_admin(cluster, "get-offsets", "--topic", "records-secure", "--time", "-2"))
+    assert offsets == "records-secure:0:0\nrecords-secure:1:0\n"
+    # alice may read (and so describe) the topic, not delete from it.
+    ok(as_admin(cluster, "acls", "--add", "--allow-principal", "User:alice", "--consumer",
+                "--topic", "records-secure", "--group", "records"))  # fmt: skip
+
+    last: list[str] = []
+
+    def refused_by_acl() -> bool:  # once the brokers know the ACL
+        last[:] = [ok(as_alice(cluster, "delete-records", "--offset-json-file", str(spec)))]
+        return "TOPIC_AUTHORIZATION_FAILED" in last[0]
+
+    wait_until(refused_by_acl, 30, "alice's DeleteRecords refused by the authorizer")
+    refused = last[0]
+    assert "partition: records-secure-0\terror: " in refused
+    no_secret(cluster, deleted, offsets, refused)
