@@ -82,6 +82,20 @@ def create_topic(
         )
 
     wait_for(ready, 30, f"{topic} led with full ISRs", c.logs)
+    wait_for(lambda: all(broker_knows(c, b.node_id, topic) for b in c.brokers), 30,
+             f"every broker's metadata has {topic}", c.logs)  # fmt: skip
+
+
+def broker_knows(c: ProcCluster, broker: int, topic: str) -> bool:
+    """Has `broker` applied the topic's metadata (its Metadata answer names leaders)?"""
+    named = [{"name": topic, "topic_id": None}]
+    flags = {"allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+    with closing(raw_to(c, broker)) as raw:
+        resp = raw.call(3, 12, request(3, 12, {"topics": named, **flags}))
+    t = resp.topics[0]
+    return t.error_code == 0 and bool(t.partitions) and all(
+        p.error_code == 0 and p.leader_id >= 0 for p in t.partitions
+    )
 
 
 def produce_all(c: ProcCluster, topic: str, n: int, **conf: Any) -> list[Any]:
