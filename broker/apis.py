@@ -42,6 +42,7 @@ from broker import (
     apis_group,
     apis_group_admin,
     apis_metadata,
+    apis_reassign,
     apis_sasl,
 )
 from broker.apis_common import ApiHandler, BrokerApis, CloseConnection, Response
@@ -218,6 +219,7 @@ HANDLERS = _by_key(
     apis_sasl.API_HANDLERS,
     apis_elect.API_HANDLERS,
     apis_describe.API_HANDLERS,
+    apis_reassign.API_HANDLERS,
     API_HANDLERS,
 )
 # What ApiVersions advertises: exactly the rows above.

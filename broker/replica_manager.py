@@ -121,6 +121,14 @@ class ReplicaManager:
             topic_id = targets[tp][0] if tp in targets else None
             if (snapshot and tp not in targets) or (topic_id and topic_id != h.core.topic_id):
                 deletes.add(tp)  # gone while we were behind, or the topic was recreated
+        if snapshot:
+            # Stray replicas (Kafka's LogManager.findStrayReplicas, KRaft): logs on disk,
+            # e.g. found at startup, that the whole image no longer assigns to us; the
+            # partition was reassigned away or deleted while we were down or behind.
+            for tp in self.log_manager.logs:
+                if tp not in targets and tp not in deletes:
+                    log.info("deleting stray replica %s-%d: not assigned to us", *tp)
+                    deletes.add(tp)
         plans = [
             _Plan(tp, topic_id, reg, tp in changes.leaders, self._partitions.get(tp))
             for tp, (topic_id, reg) in targets.items()

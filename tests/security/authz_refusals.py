@@ -469,3 +469,26 @@ def _group_view(client: RawClient, group_id: str) -> Any:
     committed = {(t.name, p.partition_index): p.committed_offset
                  for t in fetched.topics for p in t.partitions}  # fmt: skip
     return g.group_state, sorted(m.member_id for m in g.members), committed
+
+
+# -- partition reassignments (KIP-455) ---------------------------------------------------------
+
+
+def _alter_partition_reassignments(c: RawClient, v: int, t: Target) -> None:
+    asked = [{"name": t.topic, "partitions": [{"partition_index": 0, "replicas": [t.broker_id]}]}]
+    resp = call(c, 45, v, {"topics": asked})
+    assert resp.error_code == CLUSTER_DENIED
+    assert [(r.name, codes([r])) for r in resp.responses] == [(t.topic, [CLUSTER_DENIED])]
+
+
+def _list_partition_reassignments(c: RawClient, v: int, t: Target) -> None:
+    resp = call(c, 46, v, {"topics": None})
+    assert resp.error_code == CLUSTER_DENIED and resp.topics == ()
+
+
+REFUSALS.update(
+    {
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: _alter_partition_reassignments,
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: _list_partition_reassignments,
+    }
+)
