@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.errors import error_name
 from kraft.placement import PlacementError, assign_replicas
 from kraft.tools.client_common import (
     CliError,
@@ -160,7 +161,11 @@ def _name(key: tuple[str, int]) -> str:
 
 
 def _error_text(err: Any) -> str:
-    return f"{getattr(err, 'message', err)}: {getattr(err, 'description', '')}".rstrip(": ")
+    """Kafka's name for a kafka-python error class (whose own names differ at times)."""
+    code = getattr(err, "errno", None)
+    name = error_name(code) if isinstance(code, int) else str(err)
+    description = getattr(err, "description", "")
+    return f"{name}: {description}" if description else name
 
 
 # -- the cluster ---------------------------------------------------------------------------------
@@ -172,9 +177,9 @@ def current_assignment(admin: Any, topics: list[str]) -> tuple[Plan, dict[tuple[
     isrs: dict[tuple[str, int], set] = {}
     for t in admin.describe_topics(topics):
         if t["error_code"] != 0:
-            raise CliError(f"Topic {t['topic']} does not exist (error code {t['error_code']})")
+            raise CliError(f"Topic {t['name']} does not exist (error code {t['error_code']})")
         for p in t["partitions"]:
-            key = (t["topic"], p["partition_index"])
+            key = (t["name"], p["partition_index"])
             replicas[key] = list(p["replica_nodes"])
             isrs[key] = set(p["isr_nodes"])
     return replicas, isrs
@@ -197,7 +202,7 @@ def _plan_state(admin: Any, plan: Plan) -> tuple[Plan, dict, dict]:
 
 def generate(admin: Any, args: argparse.Namespace) -> int:
     topics, brokers = args.topics, args.brokers
-    cluster = {b["node_id"]: b.get("rack") for b in admin.describe_cluster()["brokers"]}
+    cluster = {b["broker_id"]: b.get("rack") for b in admin.describe_cluster()["brokers"]}
     missing = [b for b in brokers if b not in cluster]
     if missing:
         raise CliError(
