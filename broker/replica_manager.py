@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from dataclasses import dataclass
@@ -29,12 +30,13 @@ from broker.hosted import HostedPartition, finish, log_headers, start_leader_epo
 from broker.metadata_publisher import LoaderManifest
 from broker.partition import NO_LEADER, AlterIsr, Partition
 from broker.producer_state import ProducerStateManager
+from broker.replication_quota import ReplicationQuota
 from broker.results import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
 from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import Errors
 from metadata_log.delta import MetadataDelta
 from metadata_log.image import MetadataImage, PartitionRegistration
-from metadata_log.records import TOPIC_RESOURCE
+from metadata_log.records import BROKER_RESOURCE, TOPIC_RESOURCE
 from storage.checkpoint import PARTITION_METADATA, CheckpointError, write_partition_metadata
 from storage.config import ConfigError, LogConfig
 from storage.log import Log
@@ -79,6 +81,13 @@ class ReplicaManager:
         self._partitions: dict[TP, HostedPartition] = {}
         self._file_work: asyncio.Future[int] | None = None  # a metadata update's file step
         self._checkpointed_hw = log_manager.read_high_watermarks()
+        # Replicas being added by a reassignment fetch at most this fast (the fetchers
+        # read it: ReplicaTarget.follower_quota).
+        self.follower_quota = ReplicationQuota(
+            self._follower_throttle(self._image),
+            window_ms=config.replication_quota_window_size_s * 1000,
+            windows=config.replication_quota_window_num,
+        )
 
     # -- reads of the state ------------------------------------------------------------------
 
@@ -160,6 +169,10 @@ class ReplicaManager:
             # 3. install the new roles
             self._install(deletes, plans, heavy, new)
         self._update_configs(old, new)
+        rate = self._follower_throttle(new)
+        if rate != self.follower_quota.rate_bytes_per_s:
+            log.info("follower.replication.throttled.rate is now %s", rate or "unlimited")
+            self.follower_quota.rate_bytes_per_s = rate
         if failed:
             # The loader retries the update (from a snapshot): the failed ones again.
             raise RuntimeError(f"{failed} replicas could not be prepared (see above)")
@@ -275,6 +288,22 @@ class ReplicaManager:
         for rtype, name in old.configs.keys() - new.configs.keys():
             if rtype == TOPIC_RESOURCE:
                 self._reconfigure(name, new)
+
+    def _follower_throttle(self, image: MetadataImage) -> int | None:
+        """follower.replication.throttled.rate: this broker's dynamic config, else the
+        cluster-wide dynamic default, else the static property (None: unlimited)."""
+        name = "follower.replication.throttled.rate"
+        rate = self.config.follower_replication_throttled_rate
+        for key in ((BROKER_RESOURCE, str(self.broker_id)), (BROKER_RESOURCE, "")):
+            value = image.configs.get(key, {}).get(name)
+            if value is not None:
+                try:
+                    rate = int(value)
+                except ValueError:
+                    log.warning("ignoring %s=%r: not a number of bytes/s", name, value)
+                    continue
+                break
+        return None if rate >= 2**63 - 1 or rate <= 0 else rate
 
     def _reconfigure(self, topic: str, image: MetadataImage) -> None:
         cfg = self._log_config(topic, image)
@@ -503,7 +532,12 @@ class ReplicaManager:
         h = self._partitions.get(tp)
         if h is None or h.transitioning or h.core.is_leader:
             return None
-        return h.fetch_state()
+        state = h.fetch_state()
+        reg = self._image.partition(h.core.topic_id, tp[1])
+        if reg is not None and self.broker_id in reg.adding_replicas:
+            # A replica a reassignment is adding: follower.replication.throttled.rate.
+            state = dataclasses.replace(state, throttled=True)
+        return state
 
     def leader_endpoint(self, broker_id: int) -> tuple[str, int] | None:
         b = self._image.brokers.get(broker_id)

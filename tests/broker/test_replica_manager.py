@@ -25,7 +25,9 @@ from broker.producer_state import (
     increment_sequence,
 )
 from broker.replica_manager import ReplicaManager
+from broker.replication_quota import ReplicationQuota
 from metadata_log.records import (
+    BROKER_RESOURCE,
     ConfigRecord,
     PartitionChangeRecord,
     Record,
@@ -419,3 +421,46 @@ async def test_a_stray_replica_found_at_startup_is_deleted(tmp_path: Path) -> No
     await restarted.on_metadata_update(*md.snapshot())
     assert not stray_dir.exists() and (TOPIC, 0) not in restarted.log_manager.logs
     assert restarted.partition(TOPIC, 0) is None
+
+
+def test_replication_quota_measures_a_rate_over_its_windows() -> None:
+    q = ReplicationQuota(1000, window_ms=1000, windows=3)
+    assert not q.is_exceeded(0)
+    q.record(1000, 0)
+    # Kafka's rule: at least windows - 1 whole windows have passed, so a burst after a
+    # quiet spell is spread over them.
+    assert q.rate(0) == 500 and not q.is_exceeded(0)
+    q.record(2000, 500)  # the same sample (window)
+    assert q.rate(500) == 1200 and q.is_exceeded(500)  # 3000 B over 0.5 s + 2 windows
+    assert q.is_exceeded(2900)  # 3000 B over 2.9 s
+    assert not q.is_exceeded(3000) and q.rate(3000) == 0  # the sample expired
+    assert not ReplicationQuota(None).is_exceeded(0)
+
+
+@run
+async def test_a_replica_being_added_fetches_throttled_at_the_dynamic_rate(
+    tmp_path: Path,
+) -> None:
+    md = Metadata()
+    rm3 = manager(tmp_path, 3, **{"follower.replication.throttled.rate": "5000"})
+    assert rm3.follower_quota.rate_bytes_per_s == 5000  # the static property
+    await rm3.on_metadata_update(*md.update(*topic(replicas=(1, 3))))
+    state = rm3.follower_fetch_state((TOPIC, 0))
+    assert state is not None and not state.throttled  # a settled replica is not
+    await rm3.on_metadata_update(
+        *md.update(
+            *topic(replicas=(1, 2), name="moving", topic_id=TID2),
+            PartitionChangeRecord(
+                TID2, 0, (1, 2), 1, 0, 1, replicas=(1, 3, 2), removing_replicas=(2,),
+                adding_replicas=(3,),
+            ),
+            ConfigRecord(BROKER_RESOURCE, "", "follower.replication.throttled.rate", "700"),
+        )
+    )  # fmt: skip
+    state = rm3.follower_fetch_state(("moving", 0))
+    assert state is not None and state.throttled
+    assert rm3.follower_quota.rate_bytes_per_s == 700  # the cluster-wide dynamic config
+    await rm3.on_metadata_update(
+        *md.update(ConfigRecord(BROKER_RESOURCE, "3", "follower.replication.throttled.rate", "9"))
+    )
+    assert rm3.follower_quota.rate_bytes_per_s == 9  # this broker's own wins
