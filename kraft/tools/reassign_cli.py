@@ -44,6 +44,7 @@ from kraft.tools.python_admin import admin_client
 
 COMMANDS = ("reassign",)
 WAIT_POLL_S = 0.5
+STALE_AFTER_S = 10.0  # how long a broker's metadata may lag the controller's answer
 
 Plan = dict[tuple[str, int], list[int]]  # (topic, partition) -> target replicas
 
@@ -359,8 +360,14 @@ def draw_progress(state: tuple[int, int, int, int], final: bool = False) -> None
 
 
 def wait_for(admin: Any, plan: Plan) -> int:
-    """Poll until every partition of the plan is reassigned; progress on stderr."""
+    """Poll until every partition of the plan is reassigned; progress on stderr.
+
+    The ongoing reassignments come from the active controller and the replica sets
+    from a broker's metadata, which follows it by a moment: a partition no longer
+    reassigning whose replicas still differ from the plan is given STALE_AFTER_S to
+    catch up before the reassignment is reported as cancelled or replaced."""
     last = None
+    differing_since: float | None = None
     while True:
         current, isrs, ongoing = _plan_state(admin, plan)
         state = progress(plan, current, isrs, ongoing)
@@ -370,12 +377,16 @@ def wait_for(admin: Any, plan: Plan) -> int:
         if state[0] == state[1]:
             print("Reassignment of all partitions is completed.")
             return 0
-        if not ongoing:
-            stuck = sorted(k for k in plan if current.get(k) != plan[k])
+        stuck = sorted(k for k in plan if k not in ongoing and current.get(k) != plan[k])
+        if not stuck:
+            differing_since = None
+        elif differing_since is None:
+            differing_since = time.monotonic()
+        elif time.monotonic() - differing_since > STALE_AFTER_S:
             raise CliError(
                 "no reassignment in progress, but the replica sets of "
                 + ", ".join(map(_name, stuck))
-                + " differ from the plan (was it cancelled?)"
+                + " differ from the plan (was it cancelled or replaced?)"
             )
         time.sleep(WAIT_POLL_S)
 

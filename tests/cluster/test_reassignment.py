@@ -35,10 +35,19 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcCluster]:
     c = ProcCluster(
         Path(tmp_path_factory.mktemp("reassign")),
         n_brokers=6,
-        controller_props={"auto.leader.rebalance.enable": "false"},
+        # A long session: broker 9 is stopped (SIGSTOP) for a while below and must not be
+        # fenced meanwhile (a fenced broker is not a valid reassignment target).
+        controller_props={
+            "auto.leader.rebalance.enable": "false",
+            "broker.session.timeout.ms": "30000",
+        },
         # Two 1 s quota windows: a throttle shows within seconds (Kafka's 11 allow a
         # burst of about 10 s worth of the rate first).
-        broker_props={"replica.lag.time.max.ms": "3000", "replication.quota.window.num": "2"},
+        broker_props={
+            "replica.lag.time.max.ms": "3000",
+            "replication.quota.window.num": "2",
+            "broker.session.timeout.ms": "30000",
+        },
     )
     try:
         c.start()
@@ -161,11 +170,16 @@ def test_reassignment_under_load_survives_a_controller_kill(
         assert waited.returncode == 0, f"{waited.stdout}\n{waited.stderr}\n{cluster.logs()}"
         assert "Reassignment of all partitions is completed." in waited.stdout
         assert "partitions reassigned" in waited.stderr  # the progress
-        verified = ok(kraft("reassign", "--bootstrap-server", cluster.bootstrap, "--verify",
-                            "--reassignment-json-file", path))  # fmt: skip
-        assert verified.splitlines() == ["Status of partition reassignment:"] + [
+        expected = ["Status of partition reassignment:"] + [
             f"Reassignment of partition {TOPIC}-{p} is completed." for p in range(PARTITIONS)
         ]
+
+        def verified() -> bool:  # every broker's metadata follows the controller's soon
+            out = ok(kraft("reassign", "--bootstrap-server", cluster.bootstrap, "--verify",
+                           "--reassignment-json-file", path))  # fmt: skip
+            return out.splitlines() == expected
+
+        wait_for(verified, 10, "--verify to say every partition is completed", cluster.logs)
         parts = cluster.partitions(TOPIC) or {}
         assert {p: s["replicas"] for p, s in parts.items()} == {
             p: rotated(NEW, p) for p in range(PARTITIONS)
