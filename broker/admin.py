@@ -2,7 +2,7 @@
 on a client's behalf (CreateTopics, DeleteTopics, CreatePartitions, CreateAcls,
 DeleteAcls, AlterUserScramCredentials, and the topics it creates itself: auto-created
 ones and `__consumer_offsets`), the producer-id block that InitProducerId draws from,
-and the configs DescribeConfigs shows.
+and config changes (AlterConfigs, IncrementalAlterConfigs).
 
 As Kafka's ForwardingManager, AutoTopicCreationManager and ProducerIdManager, in one
 small room: a controller that cannot be reached becomes a Kafka error code in the
@@ -44,6 +44,7 @@ from metadata_log.controller_api import (  # elections and quorum status
     DeleteTopicsResponse,
     ElectLeadersRequest,
     ElectLeadersResponse,
+    IncrementalAlterConfigsRequest,
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
     PartitionResult,
@@ -52,8 +53,6 @@ from metadata_log.controller_api import (  # elections and quorum status
 )
 
 log = logging.getLogger(__name__)
-
-TopicConfigs = Callable[[str], dict[str, tuple[str, bool]] | None]
 
 
 class ActiveController(Protocol):
@@ -76,6 +75,7 @@ class ActiveController(Protocol):
         self, req: ListPartitionReassignmentsRequest
     ) -> ListPartitionReassignmentsResponse: ...
     async def quorum_status(self) -> QuorumStatus: ...
+    async def alter_configs(self, req: IncrementalAlterConfigsRequest) -> None: ...
 
 
 class Admin:
@@ -83,14 +83,12 @@ class Admin:
         self,
         controller: ActiveController,
         config: BrokerConfig,
-        topic_configs: TopicConfigs,
         broker_epoch: Callable[[], int],  # named in producer-id requests (as Kafka's)
     ) -> None:
         self.controller = controller
         self._broker_epoch = broker_epoch
         self.config = config
         self.auto_create_topics_enable = config.auto_create_topics_enable
-        self._topic_configs = topic_configs
         self._pid_lock = asyncio.Lock()
         self._pid_next = 0
         self._pid_end = 0
@@ -224,15 +222,15 @@ class Admin:
             self._pid_next += 1
             return Errors.NONE, pid, 0
 
-    # -- configs (DescribeConfigs) -----------------------------------------------------------
+    # -- configs ---------------------------------------------------------------------------
 
-    def broker_configs(self) -> dict[str, tuple[str | None, bool]]:
-        """This broker's configs: name -> (value, is_default); None: a secret, not shown."""
-        return self.config.described_configs()
-
-    def topic_configs(self, topic: str) -> dict[str, tuple[str, bool]] | None:
-        """A topic's effective configs (None: unknown topic)."""
-        return self._topic_configs(topic)
+    async def alter_configs(self, req: IncrementalAlterConfigsRequest) -> tuple[int, str | None]:
+        """One resource's config change: (error code, message)."""
+        try:
+            await self.controller.alter_configs(req)
+        except (ControllerError, ControllerUnavailable) as exc:
+            return _failure(exc)
+        return Errors.NONE, None
 
 
 def _failure(exc: Exception) -> tuple[int, str]:

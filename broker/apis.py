@@ -14,11 +14,11 @@ they are), or None when no response is due (Produce with acks=0). It raises
 
 `KafkaApis` is the `BrokerApis` the handlers see: the replica manager, the group
 coordinator and the admin facade, which they call directly. The handlers live by area:
-the data path in `apis_data`, metadata in `apis_metadata`, admin in `apis_admin`, groups
-in `apis_group` and `apis_group_admin`, ACLs and SCRAM credentials in `apis_acls`, the
-SASL APIs' post-login answers in `apis_sasl`; each exports its rows (`API_HANDLERS`:
-versions and handler together), and the versions advertised in ApiVersions are built
-from those rows only.
+the data path in `apis_data`, metadata in `apis_metadata`, admin in `apis_admin`, configs
+in `apis_configs`, groups in `apis_group` and `apis_group_admin`, ACLs and SCRAM
+credentials in `apis_acls`, the SASL APIs' post-login answers in `apis_sasl`; each
+exports its rows (`API_HANDLERS`: versions and handler together), and the versions
+advertised in ApiVersions are built from those rows only.
 
 Versions: floors follow Kafka 4.x (which dropped the pre-2.1 versions, KIP-896) and what
 kio has; ceilings are where our handlers stop and where today's clients (confluent-kafka
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from broker import (
     apis_acls,
     apis_admin,
+    apis_configs,
     apis_data,
     apis_describe,
     apis_elect,
@@ -214,6 +215,7 @@ HANDLERS = _by_key(
     apis_data.API_HANDLERS,
     apis_metadata.API_HANDLERS,
     apis_admin.API_HANDLERS,
+    apis_configs.API_HANDLERS,
     apis_group.API_HANDLERS,
     apis_group_admin.API_HANDLERS,
     apis_sasl.API_HANDLERS,

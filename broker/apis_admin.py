@@ -1,4 +1,4 @@
-"""Admin handlers: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs.
+"""Admin handlers: CreateTopics, DeleteTopics, CreatePartitions (configs: apis_configs).
 Responses are described as plain data for every version and encoded with kio
 (`codec.encode_response` keeps the fields a version has).
 
@@ -36,10 +36,6 @@ from metadata_log.controller_api import (
     CreateTopicsRequest,
     DeleteTopicsRequest,
 )
-
-# DescribeConfigs config_source values
-_TOPIC_CONFIG, _STATIC_BROKER_CONFIG, _DEFAULT_CONFIG = 1, 4, 5
-
 
 # -- CreateTopics, DeleteTopics, CreatePartitions --------------------------------------------
 
@@ -295,98 +291,9 @@ def create_partitions_error(header: RequestHeader, body: Any, code: int) -> Resp
     return answer(ApiKey.CREATE_PARTITIONS, header, {"throttle_time": 0, "results": results})
 
 
-# -- DescribeConfigs ---------------------------------------------------------------------------
-
-
-async def handle_describe_configs(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
-    results = []
-    for res in body.resources:
-        entry: dict[str, Any] = {
-            "error_code": Errors.NONE,
-            "error_message": None,
-            "configs": [],
-            "resource_type": res.resource_type,
-            "resource_name": res.resource_name,
-        }
-        configs: dict[str, tuple[str | None, bool]] | None
-        refusal = _describe_configs_refusal(apis, res.resource_type, res.resource_name)
-        if refusal is not None:
-            configs = None
-            entry["error_code"] = refusal
-        elif res.resource_type == 2:  # topic
-            configs = apis.admin.topic_configs(res.resource_name)
-            read_only, source = False, _TOPIC_CONFIG
-            if configs is None:
-                entry["error_code"] = Errors.UNKNOWN_TOPIC_OR_PARTITION
-        elif res.resource_type == 4 and res.resource_name in ("", str(apis.broker_id)):
-            configs = apis.admin.broker_configs()
-            read_only, source = True, _STATIC_BROKER_CONFIG
-        else:
-            configs = None
-            entry["error_code"] = Errors.INVALID_REQUEST
-            entry["error_message"] = (
-                f"cannot describe resource type {res.resource_type} {res.resource_name!r} here"
-            )
-        if configs is not None:
-            keys = res.configuration_keys
-            wanted = (
-                configs.items() if keys is None else [(k, configs[k]) for k in keys if k in configs]
-            )
-            entry["configs"] = [
-                {
-                    "name": k,
-                    "value": value,
-                    "read_only": read_only,
-                    "config_source": _DEFAULT_CONFIG if is_default else source,
-                    "is_sensitive": value is None,  # a secret: never shown
-                    "synonyms": [],
-                    "config_type": 0,
-                    "documentation": None,
-                }
-                for k, (value, is_default) in sorted(wanted)
-            ]
-        results.append(entry)
-    return answer(ApiKey.DESCRIBE_CONFIGS, header, {"throttle_time": 0, "results": results})
-
-
-# DescribeConfigs resource type -> what Kafka authorizes it against (ConfigHelper):
-# topics by name, broker and broker-logger configs on the cluster, groups by name.
-_CONFIG_RESOURCES: dict[int, tuple[ResourceType, int]] = {
-    2: (ResourceType.TOPIC, Errors.TOPIC_AUTHORIZATION_FAILED),
-    4: (ResourceType.CLUSTER, Errors.CLUSTER_AUTHORIZATION_FAILED),
-    8: (ResourceType.CLUSTER, Errors.CLUSTER_AUTHORIZATION_FAILED),
-    32: (ResourceType.GROUP, Errors.GROUP_AUTHORIZATION_FAILED),
-}
-
-
-def _describe_configs_refusal(apis: BrokerApis, resource_type: int, name: str) -> int | None:
-    """The authorization error for DESCRIBE_CONFIGS on the resource, or None."""
-    if apis.authorizer is None or resource_type not in _CONFIG_RESOURCES:
-        return None
-    rtype, error = _CONFIG_RESOURCES[resource_type]
-    target = CLUSTER_NAME if rtype == ResourceType.CLUSTER else name
-    return None if apis.authorize(AclOperation.DESCRIBE_CONFIGS, rtype, target) else error
-
-
-def describe_configs_error(header: RequestHeader, body: Any, code: int) -> Response:
-    results = [
-        {
-            "error_code": code,
-            "error_message": None,
-            "resource_type": r.resource_type,
-            "resource_name": r.resource_name,
-            "configs": [],
-        }
-        for r in body.resources
-    ]
-    return answer(ApiKey.DESCRIBE_CONFIGS, header, {"throttle_time": 0, "results": results})
-
-
 # The versions served, beside their handlers (floors and ceilings: see `broker.apis`).
 API_HANDLERS: tuple[ApiHandler, ...] = (
     ApiHandler(ApiKey.CREATE_TOPICS, 2, 7, handle_create_topics, create_topics_error),
     ApiHandler(ApiKey.DELETE_TOPICS, 1, 6, handle_delete_topics, delete_topics_error),
-    # DescribeConfigs: kio has no v0
-    ApiHandler(ApiKey.DESCRIBE_CONFIGS, 1, 4, handle_describe_configs, describe_configs_error),
     ApiHandler(ApiKey.CREATE_PARTITIONS, 0, 3, handle_create_partitions, create_partitions_error),
 )

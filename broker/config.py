@@ -35,6 +35,7 @@ from broker.security.listener_security import (
     inter_broker_client_security,
     listener_security,
 )
+from common.config_def import is_sensitive_config
 from common.properties import ConfigError, Properties, read_properties
 from storage.config import LogConfig
 from storage.log_manager import LogManagerConfig
@@ -200,12 +201,9 @@ class BrokerConfig:
         return {k: (None if is_sensitive(k) else v, d) for k, (v, d) in out.items()}
 
 
-_SENSITIVE_SUFFIXES = ("sasl.jaas.config", ".password", "ssl.keystore.key", ".token")
-
-
 def is_sensitive(name: str) -> bool:
     """Whether a property holds a secret (never shown, logged or dumped)."""
-    return name.endswith(_SENSITIVE_SUFFIXES)
+    return is_sensitive_config(name)
 
 
 # -- .properties ----------------------------------------------------------------------------
@@ -365,7 +363,7 @@ def from_properties(values: Mapping[str, str]) -> BrokerConfig:
         replica_fetch_backoff_ms=props.get_int("replica.fetch.backoff.ms", min=0),
         replica_socket_timeout_ms=props.get_int("replica.socket.timeout.ms", min=1),
         follower_replication_throttled_rate=props.get_int(
-            "follower.replication.throttled.rate", min=1, max=2**63 - 1
+            "follower.replication.throttled.rate", min=0, max=2**63 - 1
         ),
         replication_quota_window_num=props.get_int("replication.quota.window.num", min=1),
         replication_quota_window_size_s=props.get_int(
@@ -436,38 +434,3 @@ def _group_config(props: Properties) -> GroupConfig:
         retention_check_interval_ms=props.get_int("offsets.retention.check.interval.ms", min=1),
         offset_metadata_max_bytes=props.get_int("offset.metadata.max.bytes", min=0),
     )
-
-
-# -- topic configs (DescribeConfigs) --------------------------------------------------------
-
-_LOG_CONFIG_NAMES = {
-    "segment_bytes": "segment.bytes",
-    "segment_ms": "segment.ms",
-    "segment_index_bytes": "segment.index.bytes",
-    "index_interval_bytes": "index.interval.bytes",
-    "retention_ms": "retention.ms",
-    "retention_bytes": "retention.bytes",
-    "max_message_bytes": "max.message.bytes",
-    "message_timestamp_type": "message.timestamp.type",
-    "flush_messages": "flush.messages",
-    "flush_ms": "flush.ms",
-    "cleanup_policy": "cleanup.policy",
-    "delete_retention_ms": "delete.retention.ms",
-    "min_compaction_lag_ms": "min.compaction.lag.ms",
-    "max_compaction_lag_ms": "max.compaction.lag.ms",
-    "min_cleanable_dirty_ratio": "min.cleanable.dirty.ratio",
-}
-
-
-def describe_topic_configs(
-    defaults: LogConfig, overrides: Mapping[str, str], min_insync_replicas: int
-) -> dict[str, tuple[str, bool]]:
-    """A topic's effective configs: name -> (value, is_default). Defaults come from the
-    broker (`log.*` properties), overrides from the topic's config records."""
-    out = {name: (str(getattr(defaults, attr)), True) for attr, name in _LOG_CONFIG_NAMES.items()}
-    out["compression.type"] = ("producer", True)
-    out["min.insync.replicas"] = (str(min_insync_replicas), True)
-    out["unclean.leader.election.enable"] = ("false", True)
-    for name, value in overrides.items():
-        out[name] = (value, False)
-    return out

@@ -234,5 +234,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.transport is not None:
             self.transport.close()
 
+    def abort(self) -> None:
+        """Close now, dropping unsent data (the peer may never read it)."""
+        if self.transport is not None:
+            self.transport.abort()
+
     async def wait_closed(self) -> None:
         await self._closed

@@ -50,6 +50,7 @@ from metadata_log.controller_api import (  # elections and quorum status
     ElectLeadersRequest,
     ElectLeadersResponse,
     ErrorResponse,
+    IncrementalAlterConfigsRequest,
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
     QuorumStatus,
@@ -251,6 +252,10 @@ class ControllerChannel:
         return await self.post(
             "/v1/partitions/reassignments", req, ListPartitionReassignmentsResponse
         )
+
+    async def alter_configs(self, req: IncrementalAlterConfigsRequest) -> None:
+        """One resource's config change; a refusal raises ControllerError."""
+        await self.post("/v1/configs", req, type(None))
 
     async def quorum_status(self) -> QuorumStatus:
         """The status of the active controller: ask any controller, then the leader it

@@ -1,11 +1,11 @@
 """What the metadata loader hands each publisher after every batch it applied (Kafka's
 MetadataPublisher and LoaderManifest).
 
-A publisher is anything on the broker whose state follows the metadata log: the replica
-manager (become leader / follower / stop replica), the group coordinator (load or drop
-the groups of the `__consumer_offsets` partitions we lead), the broker lifecycle (tell
-the controller we caught up), and later the authorizer (ACL records), dynamic configs
-and SCRAM credentials. Publishers run one at a time, in the order they were registered,
+A publisher is anything on the broker whose state follows the metadata log: the dynamic
+broker configs (broker/dynamic_config.py), the replica manager (become leader / follower
+/ stop replica, topic configs), the authorizer (ACL records), the group coordinator (load
+or drop the groups of the `__consumer_offsets` partitions we lead), the broker lifecycle
+(tell the controller we caught up). Publishers run one at a time, in the order they were registered,
 and the loader waits for each before the next and before fetching more: updates never
 overlap, and a later publisher sees what an earlier one did with the same image.
 """

@@ -109,7 +109,8 @@ class KafkaServer:
         self.sasl_max_receive_bytes = sasl_max_receive_bytes
         self.failed_authentication_delay_s = failed_authentication_delay_ms / 1000
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: dict[asyncio.Task[None], KafkaConnection] = {}
+        self._closing = False
 
     @property
     def connection_count(self) -> int:
@@ -141,13 +142,21 @@ class KafkaServer:
         return host, port
 
     async def close(self) -> None:
-        """Stop listening and drop every connection (in-flight requests are cancelled)."""
+        """Stop listening and drop every connection (in-flight requests are cancelled).
+
+        Each connection is aborted as well as cancelled: on 3.11 a cancellation can be
+        swallowed (asyncio.wait_for returns a result that raced with it, as a long-poll
+        Fetch's wait can), and a connection task that lived on would keep serving its
+        client forever and this close would never return.
+        """
+        self._closing = True
         if self._server is not None:
             self._server.close()
-        tasks = list(self._connections)
-        for t in tasks:
+        tasks = list(self._connections.items())
+        for t, conn in tasks:
+            conn.abort()
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(t for t, _ in tasks), return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
@@ -161,7 +170,10 @@ class KafkaServer:
             log.warning("refusing %s: %d connections already", peer, open_now)
             conn.close()
             return
-        self._connections.add(task)
+        if self._closing:  # accepted just before close(), started after it
+            conn.abort()
+            return
+        self._connections[task] = conn
         session = Session(
             self.listener_name,
             self.security_protocol,
@@ -187,7 +199,7 @@ class KafkaServer:
         except Exception:
             log.exception("connection %s failed", peer)
         finally:
-            self._connections.discard(task)
+            self._connections.pop(task, None)
             conn.close()
             with contextlib.suppress(Exception):
                 await conn.wait_closed()

@@ -24,7 +24,8 @@ import uuid
 from dataclasses import dataclass
 
 from broker.alter_partition import AlterPartitionManager
-from broker.config import BrokerConfig, describe_topic_configs
+from broker.config import BrokerConfig
+from broker.dynamic_config import DynamicBrokerConfig
 from broker.fetcher import FetcherManager, FollowerData, FollowerFetchState
 from broker.hosted import HostedPartition, finish, log_headers, start_leader_epoch
 from broker.metadata_publisher import LoaderManifest
@@ -69,9 +70,14 @@ class ReplicaManager:
         fetchers: FetcherManager | None = None,
         alter_partitions: AlterPartitionManager | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        dynamic: DynamicBrokerConfig | None = None,
     ) -> None:
         self.config = config
         self.broker_id = config.node_id
+        # The broker's configs now (static + dynamic): log defaults, min.insync.replicas.
+        self.dynamic = dynamic or DynamicBrokerConfig(
+            config.node_id, config.properties, config.log_config
+        )
         self.log_manager = log_manager
         self.fetchers = fetchers
         # None (unit tests without a controller): the ISR stays as the metadata says.
@@ -110,10 +116,10 @@ class ReplicaManager:
 
     def _log_config(self, topic: str, image: MetadataImage) -> LogConfig:
         try:
-            return LogConfig.from_properties(image.topic_config(topic), self.config.log_config)
+            return self.dynamic.topic_log_config(image.topic_config(topic))
         except ConfigError as exc:  # the controller validates; never refuse to host data
             log.warning("topic %s has a bad config, using broker defaults: %s", topic, exc)
-            return self.config.log_config
+            return self.dynamic.log_config
 
     # -- metadata ----------------------------------------------------------------------------
 
@@ -280,7 +286,15 @@ class ReplicaManager:
             self.fetchers.add_partitions(new_followers)
 
     def _update_configs(self, old: MetadataImage, new: MetadataImage) -> None:
+        """Topic config records reconfigure that topic's logs; broker-level ones (this
+        broker's or the cluster default) change the defaults of every log."""
         if old.configs is new.configs:
+            return
+        broker_keys = [(BROKER_RESOURCE, ""), (BROKER_RESOURCE, str(self.broker_id))]
+        if any(old.configs.get(k) != new.configs.get(k) for k in broker_keys):
+            self.dynamic.update(new)  # the publisher did too; idempotent
+            for topic in {t for t, _ in self._partitions}:
+                self._reconfigure(topic, new)
             return
         for (rtype, name), values in new.configs.items():
             if rtype == TOPIC_RESOURCE and old.configs.get((rtype, name)) != values:
@@ -303,7 +317,7 @@ class ReplicaManager:
                     log.warning("ignoring %s=%r: not a number of bytes/s", name, value)
                     continue
                 break
-        return None if rate >= 2**63 - 1 or rate <= 0 else rate
+        return None if rate >= 2**63 - 1 or rate < 0 else rate
 
     def _reconfigure(self, topic: str, image: MetadataImage) -> None:
         cfg = self._log_config(topic, image)
@@ -338,9 +352,9 @@ class ReplicaManager:
     def _min_isr(self, topic: str) -> int:
         raw = self._image.topic_config(topic).get("min.insync.replicas")
         try:
-            return int(raw) if raw is not None else self.config.min_insync_replicas
+            return int(raw) if raw is not None else self.dynamic.min_insync_replicas
         except ValueError:
-            return self.config.min_insync_replicas
+            return self.dynamic.min_insync_replicas
 
     # -- produce ---------------------------------------------------------------------------------
 
@@ -516,15 +530,6 @@ class ReplicaManager:
             return h, -1, -1
         epoch, end = h.log.leader_epoch_cache.end_offset_for(leader_epoch, h.log.log_end_offset)
         return Errors.NONE, epoch, end
-
-    def topic_configs(self, topic: str) -> dict[str, tuple[str, bool]] | None:
-        if self._image.topic_by_name(topic) is None:
-            return None
-        return describe_topic_configs(
-            self.config.log_config,
-            self._image.topic_config(topic),
-            self.config.min_insync_replicas,
-        )
 
     # -- the follower side (called by the fetchers) ------------------------------------------------
 

@@ -24,6 +24,7 @@ from broker.alter_partition import AlterPartitionManager
 from broker.apis import KafkaApis
 from broker.config import BrokerConfig
 from broker.controller_channel import ControllerChannel
+from broker.dynamic_config import DynamicBrokerConfig, DynamicConfigPublisher, with_cleaner_backoff
 from broker.fetcher import FetcherConfig, FetcherManager
 from broker.group.manager import GroupCoordinator
 from broker.lifecycle import BrokerLifecycleManager
@@ -85,18 +86,22 @@ class BrokerServer:
         self.alter_partitions = AlterPartitionManager(
             config.node_id, self.channel.alter_partition, lambda: self.lifecycle.broker_epoch
         )
+        # The configs now: server.properties under the dynamic broker configs.
+        self.dynamic_config = DynamicBrokerConfig(
+            config.node_id, config.properties, config.log_config
+        )
         self.replica_manager = ReplicaManager(
             config,
             self.log_manager,
             fetchers=self.fetchers,
             alter_partitions=self.alter_partitions,
             clock=clock,
+            dynamic=self.dynamic_config,
         )
         self.fetchers.target = self.replica_manager
         self.admin = Admin(
             self.channel,
             config,
-            self.replica_manager.topic_configs,
             lambda: self.lifecycle.broker_epoch,
         )
         self.groups = GroupCoordinator(
@@ -114,10 +119,11 @@ class BrokerServer:
         )
         # Who sees each applied metadata batch, in this order (one line per publisher).
         self.loader.publishers += [
-            self.replica_manager,  # first: the others read the replicas it made or dropped
+            # first: the broker configs everything below reads (log defaults, min ISR)
+            DynamicConfigPublisher(self.dynamic_config, self._apply_dynamic_config),
+            self.replica_manager,  # the others read the replicas it made or dropped
             *([self.authorizer] if self.authorizer is not None else []),  # the ACL bindings
             self.groups,  # loads or drops the groups of the offsets partitions we lead
-            # (to come: dynamic configs)
             self.lifecycle,  # last: "caught up" must mean every publisher above applied it
         ]
         self.apis = KafkaApis(
@@ -133,6 +139,12 @@ class BrokerServer:
         self._stop_tasks = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._logs_open = False
+
+    def _apply_dynamic_config(self, dynamic: DynamicBrokerConfig) -> None:
+        """Dynamic broker configs read outside the logs: the log cleaner's back-off and the
+        defaults of logs created from now on (the replica manager reconfigures the rest)."""
+        self.log_manager.config = with_cleaner_backoff(self.log_manager.config, dynamic.layers)
+        self.log_manager.default_config = dynamic.log_config
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -7,40 +7,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from common.broker_config_defs import config_key, invalid_dynamic_broker_config
+from common.config_def import ConfigType, split_list
 from common.errors import Errors
+from common.topic_config_defs import TOPIC_CONFIG_KEYS, invalid_topic_config
 from kraft.decision import ControllerConfig, Decision
 from kraft.service import ControllerApiError
 from metadata_log.controller_api import IncrementalAlterConfigsRequest
 from metadata_log.image import MetadataImage
-from metadata_log.records import TOPIC_RESOURCE, ConfigRecord, Record
+from metadata_log.records import BROKER_RESOURCE, TOPIC_RESOURCE, ConfigRecord, Record
 from storage.config import ConfigError, LogConfig
 
-# Topic configs this cluster understands (values checked where a parser exists).
-TOPIC_CONFIGS = {
-    "cleanup.policy",
-    "compression.type",
-    "delete.retention.ms",
-    "flush.messages",
-    "flush.ms",
-    "index.interval.bytes",
-    "max.compaction.lag.ms",
-    "max.message.bytes",
-    "message.timestamp.type",
-    "min.cleanable.dirty.ratio",
-    "min.compaction.lag.ms",
-    "min.insync.replicas",
-    "retention.bytes",
-    "retention.ms",
-    "segment.bytes",
-    "segment.index.bytes",
-    "segment.ms",
-    "unclean.leader.election.enable",
-}
+# Topic configs this cluster understands: Kafka's (common/topic_config_defs.py).
+TOPIC_CONFIGS = frozenset(TOPIC_CONFIG_KEYS)
 
 
 def _unknown_topic_configs(names: set[str]) -> str | None:
     unknown = sorted(names - TOPIC_CONFIGS)
-    return f"unknown topic configs: {', '.join(unknown)}" if unknown else None
+    return f"Unknown topic config name: {unknown[0]}" if unknown else None
 
 
 class ConfigurationControlManager:
@@ -50,24 +34,27 @@ class ConfigurationControlManager:
     # -- reads for other managers ----------------------------------------------------------
 
     def unclean_leader_election(self, image: MetadataImage, topic_name: str) -> bool:
-        """`unclean.leader.election.enable` of the topic, else the cluster default."""
+        """`unclean.leader.election.enable` as Kafka's controller reads it: the topic's
+        override, else the cluster-wide dynamic default (`--entity-default`), else this
+        controller's static config."""
         value = image.topic_config(topic_name).get("unclean.leader.election.enable")
         if value is None:
+            value = image.configs.get((BROKER_RESOURCE, ""), {}).get(
+                "unclean.leader.election.enable"
+            )
+        if value is None:
             return self.config.unclean_leader_election
-        return value.lower() == "true"
+        return value.strip().lower() == "true"
 
     # -- topic creation (called by the replication manager) --------------------------------
 
     def validate_new_topic_configs(self, configs: Mapping[str, str]) -> str | None:
         """Why the configs of a topic being created are refused (INVALID_CONFIG), or None."""
-        unknown = _unknown_topic_configs(set(configs))
-        if unknown:
-            return unknown
-        try:
+        why = invalid_topic_config(configs)
+        if why is not None:
+            return why
+        try:  # what our logs need beyond Kafka's checks
             LogConfig.from_properties(configs)
-            mir = configs.get("min.insync.replicas")
-            if mir is not None and int(mir) < 1:
-                raise ConfigError("min.insync.replicas must be >= 1")
         except (ConfigError, ValueError) as exc:
             return str(exc)
         return None
@@ -77,28 +64,85 @@ class ConfigurationControlManager:
             ConfigRecord(TOPIC_RESOURCE, name, key, value) for key, value in sorted(configs.items())
         ]
 
-    # -- IncrementalAlterConfigs -------------------------------------------------------------
+    # -- IncrementalAlterConfigs and AlterConfigs -------------------------------------------
 
     def alter_configs(
         self, image: MetadataImage, req: IncrementalAlterConfigsRequest, now_ms: int
     ) -> Decision:
-        """Its response has no error field: a refusal is a ControllerApiError."""
+        """Kafka's ConfigurationControlManager: the resource's new config, checked whole,
+        becomes one ConfigRecord per changed name (none with validate_only). Its response
+        has no error field: a refusal is a ControllerApiError."""
+        key = (req.resource_type, req.resource_name)
+        current = image.configs.get(key, {})
         if req.resource_type == TOPIC_RESOURCE:
+            if not req.resource_name:
+                raise ControllerApiError(
+                    Errors.INVALID_REQUEST, "Default topic resources are not allowed."
+                )
             if req.resource_name not in image.topic_ids:
                 raise ControllerApiError(
-                    Errors.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {req.resource_name}"
+                    Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                    "This server does not host this topic-partition.",
                 )
-            unknown = _unknown_topic_configs(set(req.set) | set(req.delete))
-            if unknown:
-                raise ControllerApiError(Errors.INVALID_CONFIG, unknown)
-            try:
-                LogConfig.from_properties(req.set)
-            except ValueError as exc:  # ConfigError is a ValueError
-                raise ControllerApiError(Errors.INVALID_CONFIG, str(exc)) from None
+        else:
+            _check_broker_name(req.resource_name)
+        new = _apply(req, current)
+        changed = {k: v for k, v in new.items() if current.get(k) != v}
+        if req.resource_type == TOPIC_RESOURCE:
+            why = self.validate_new_topic_configs(new)
+            if why is not None:
+                raise ControllerApiError(Errors.INVALID_CONFIG, why)
+        else:
+            why = invalid_dynamic_broker_config(changed, req.resource_name != "")
+            if why is not None:
+                raise ControllerApiError(Errors.INVALID_REQUEST, why)
+        if req.validate_only:
+            return Decision()
         records: list[Record] = [
             ConfigRecord(req.resource_type, req.resource_name, k, v)
-            for k, v in sorted(req.set.items())
+            for k, v in sorted(changed.items())
         ] + [
-            ConfigRecord(req.resource_type, req.resource_name, k, None) for k in sorted(req.delete)
+            ConfigRecord(req.resource_type, req.resource_name, k, None)
+            for k in sorted(current.keys() - new.keys())
         ]
         return Decision(tuple(records))
+
+
+def _check_broker_name(name: str) -> None:
+    """ControllerConfigurationValidator.validateBrokerName: "" or a broker id."""
+    if not name:
+        return
+    if not (name.isascii() and name.lstrip("-").isdigit()):
+        raise ControllerApiError(
+            Errors.INVALID_REQUEST, "Unable to parse broker name as a base 10 number."
+        )
+    if int(name) < 0:
+        raise ControllerApiError(Errors.INVALID_REQUEST, "Invalid negative broker ID.")
+
+
+def _apply(req: IncrementalAlterConfigsRequest, current: Mapping[str, str]) -> dict[str, str]:
+    """The resource's config after the request: AlterConfigs replaces it; incremental
+    operations SET, DELETE, APPEND and SUBTRACT change it name by name."""
+    if req.replace:
+        return dict(req.set)
+    new = dict(current)
+    new.update(req.set)
+    for name in req.delete:
+        new.pop(name, None)
+    for name, items, adding in [(n, v, True) for n, v in req.append.items()] + [
+        (n, v, False) for n, v in req.subtract.items()
+    ]:
+        key = config_key(req.resource_type, name)
+        if key is None or key.type != ConfigType.LIST:
+            op = "APPEND" if adding else "SUBTRACT"
+            raise ControllerApiError(
+                Errors.INVALID_CONFIG, f"Can't {op} to key {name} because its type is not LIST."
+            )
+        old = split_list(new.get(name, key.default or ""))
+        given = split_list(items)
+        if adding:
+            old += [x for x in given if x not in old]
+        else:
+            old = [x for x in old if x not in given]
+        new[name] = ",".join(old)
+    return new

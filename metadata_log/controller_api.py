@@ -227,10 +227,17 @@ class ListPartitionReassignmentsResponse(_Reply):
 
 
 class IncrementalAlterConfigsRequest(_Body):
+    """One resource of IncrementalAlterConfigs (SET, DELETE, APPEND, SUBTRACT) or, with
+    `replace`, of AlterConfigs (`set` becomes the resource's whole config)."""
+
     resource_type: Literal[2, 4]  # 2 topic, 4 broker (Kafka's ConfigResource types)
-    resource_name: Annotated[str, msgspec.Meta(max_length=249)]
+    resource_name: Annotated[str, msgspec.Meta(max_length=249)]  # broker: id, "" = default
     set: dict[str, str] = msgspec.field(default_factory=dict)
     delete: list[str] = msgspec.field(default_factory=list)
+    append: dict[str, str] = msgspec.field(default_factory=dict)  # list items, comma-separated
+    subtract: dict[str, str] = msgspec.field(default_factory=dict)
+    replace: bool = False
+    validate_only: bool = False
 
 
 # -- ACLs and SCRAM credentials ----------------------------------------------------------------

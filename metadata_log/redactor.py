@@ -12,8 +12,9 @@ from typing import Any
 
 import msgspec
 
+from common.config_def import is_sensitive_config
 from metadata_log.image import ScramCredential
-from metadata_log.records import Record, UserScramCredentialRecord
+from metadata_log.records import ConfigRecord, Record, UserScramCredentialRecord
 
 REDACTED = "(redacted)"
 # A SCRAM credential's salt and keys: with them anyone can log in as the user (the stored
@@ -27,6 +28,12 @@ def loggable_record(record: Record) -> dict[str, Any]:
     out: dict[str, Any] = msgspec.to_builtins(record)
     if isinstance(record, UserScramCredentialRecord):
         out.update(dict.fromkeys(SECRET_FIELDS, REDACTED))
+    elif (
+        isinstance(record, ConfigRecord)
+        and record.value is not None
+        and is_sensitive_config(record.name)  # a password-typed dynamic config
+    ):
+        out["value"] = REDACTED
     return out
 
 

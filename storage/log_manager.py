@@ -331,9 +331,10 @@ class LogManager:
     async def _run_cleaner(
         self, stop: asyncio.Event, high_watermark: Callable[[TopicPartition], int | None] | None
     ) -> None:
-        """Kafka's cleaner thread: clean while there is work, else back off."""
-        backoff = self.config.cleaner_backoff_ms / 1000
+        """Kafka's cleaner thread: clean while there is work, else back off (read each
+        round: log.cleaner.backoff.ms is a dynamic broker config)."""
         while not stop.is_set():
+            backoff = self.config.cleaner_backoff_ms / 1000
             try:
                 results = await asyncio.to_thread(
                     self.clean_compacted_logs, high_watermark, None, stop.is_set

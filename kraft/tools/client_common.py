@@ -84,10 +84,16 @@ def run_reporting(name: str, action: Callable[[], int]) -> int:
 
 
 def describe_error(exc: BaseException) -> str:
-    """One line for a confluent-kafka exception (its KafkaError) or anything else."""
+    """One line for a confluent-kafka exception (its KafkaError), a kafka-python broker
+    error (named by Kafka's error code, as confluent-kafka's are) or anything else."""
     err = exc.args[0] if exc.args else None
     if hasattr(err, "str") and hasattr(err, "name"):
         return f"{err.str()} ({err.name()})"
+    from kafka.errors import BrokerResponseError
+
+    if isinstance(exc, BrokerResponseError):
+        detail = (str(err) if err else "") or exc.description
+        return f"{detail.splitlines()[0]} ({exc.message})"
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0]
 

@@ -1,6 +1,7 @@
 """`kraft configs`: kafka-configs.sh for SCRAM users (KIP-554), over the Kafka protocol
 (DescribeUserScramCredentials and AlterUserScramCredentials through confluent-kafka's
-AdminClient).
+AdminClient); topics and brokers (`--entity-type topics|brokers`, `--entity-default`,
+`--all`) are kraft/tools/entity_configs.py's.
 
     kraft configs --alter --entity-type users --entity-name alice \\
         --add-config 'SCRAM-SHA-512=[iterations=8192,password=alice-secret]'
@@ -31,9 +32,10 @@ from kraft.tools.client_common import (
     run_reporting,
     timeout_parser,
 )
+from kraft.tools.entity_configs import run_entity
 
 COMMANDS = ("configs",)
-ENTITY_TYPES = ("users",)
+ENTITY_TYPES = ("users", "topics", "brokers")
 # The user quotas kafka-configs also sets on users: named so the refusal is clear.
 _QUOTA_KEYS = frozenset(
     {"producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate"}
@@ -47,14 +49,27 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "configs",
         parents=[bootstrap_parser(), timeout_parser()],
-        help="describe or alter SCRAM users (kafka-configs --entity-type users)",
-        description="Describe or alter SCRAM credentials, as kafka-configs.sh does.",
+        help="describe or alter topic, broker and SCRAM user configs (kafka-configs)",
+        description="Describe or alter topic, broker and SCRAM user configs, as "
+        "kafka-configs.sh does.",
     )
     action = p.add_mutually_exclusive_group(required=True)
-    action.add_argument("--describe", action="store_true", help="show the SCRAM credentials")
-    action.add_argument("--alter", action="store_true", help="add or delete SCRAM credentials")
-    p.add_argument("--entity-type", choices=ENTITY_TYPES, help="users")
-    p.add_argument("--entity-name", action="append", default=[], metavar="NAME", help="a user")
+    action.add_argument("--describe", action="store_true", help="show the configs")
+    action.add_argument("--alter", action="store_true", help="add or delete configs")
+    p.add_argument("--entity-type", choices=ENTITY_TYPES, help="topics, brokers or users")
+    p.add_argument(
+        "--entity-name",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a topic, broker id or user",
+    )
+    p.add_argument(
+        "--entity-default", action="store_true", help="the cluster default (brokers: <default>)"
+    )
+    p.add_argument(
+        "--all", action="store_true", help="with --describe: every config, not only dynamic ones"
+    )
     p.add_argument("--user", action="append", default=[], metavar="NAME",
                    help="--entity-type users --entity-name NAME")  # fmt: skip
     p.add_argument(
@@ -71,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
     """Run a parsed `configs` command; return the exit status."""
 
     def action() -> int:
+        if args.entity_type in ("topics", "brokers"):
+            resolve_connection(args)
+            return run_entity(args)
         users = check_args(args)
         if args.alter:
             upserts = parse_add_config(args.add_config or "")

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
                 )
             topics = [t for t in (args.topic_list or "").split(",") if t.strip()] or None
             print("Querying brokers for log directories information")
-            answers = admin.describe_log_dirs(topic_partitions=topics, brokers=brokers)
+            answers = describe_log_dirs(admin, topics, brokers)
         finally:
             admin.close()
         print(
@@ -75,6 +75,29 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     return run_reporting("log-dirs", action)
+
+
+def describe_log_dirs(admin: Any, topics: list[str] | None, brokers: list[int]) -> list[Any]:
+    """kafka-python's describe_log_dirs, but a refusal raises: its own drops the response's
+    top-level error (v3+), so a principal without DESCRIBE on the cluster would see empty
+    log dirs where Kafka's tool fails with ClusterAuthorizationException."""
+    from kafka.errors import for_code
+    from kafka.protocol.admin import DescribeLogDirsRequest
+
+    request = DescribeLogDirsRequest(topics=admin._get_topic_partitions(topics))
+
+    async def ask() -> list[dict[str, Any]]:
+        out = []
+        for node_id in brokers:
+            response = await admin._manager.send(request, node_id=node_id)
+            code = getattr(response, "error_code", 0)
+            if code:
+                raise for_code(code)()
+            out.append({"broker": node_id,
+                        "log_dirs": [r.to_dict() for r in response.results]})  # fmt: skip
+        return out
+
+    return admin._manager.run(ask)
 
 
 def as_kafka_json(answers: list[dict[str, Any]]) -> dict[str, Any]:

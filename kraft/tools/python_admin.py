@@ -62,3 +62,21 @@ def admin_client(args: argparse.Namespace) -> Any:
         return KafkaAdminClient(**kafka_python_config(args))
     except KafkaError as exc:
         raise CliError(f"cannot reach {args.bootstrap_server}: {exc}") from None
+
+
+def send_any(admin: Any, request: Any, node_id: int | None = None) -> Any:
+    """Send one request to broker `node_id` (None: any) over the admin client's
+    connections and return the response. For requests kafka-python's admin refuses to
+    route (a BROKER config resource named "", Kafka's cluster default) or answers only in
+    part (its synonyms); uses its internal connection manager (kafka-python 3.0)."""
+    from kafka.errors import KafkaError
+
+    async def send() -> Any:
+        if node_id is None:
+            return await admin._manager.send(request)
+        return await admin._manager.send(request, node_id=node_id)
+
+    try:
+        return admin._manager.run(send)
+    except KafkaError as exc:
+        raise CliError(f"request failed: {exc}") from None

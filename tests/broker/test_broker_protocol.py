@@ -325,6 +325,11 @@ _REQUESTS: dict[int, dict[str, Any]] = {
         {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]},
     32: {"resources": [{"resource_type": 2, "resource_name": "t", "configuration_keys": None}],
          "include_synonyms": False, "include_documentation": False},
+    33: {"resources": [{"resource_type": 2, "resource_name": "t",
+                        "configs": [{"name": "retention.ms", "value": "1"}]}],
+         "validate_only": False},
+    44: {"resources": [{"resource_type": 2, "resource_name": "t", "configs": [
+        {"name": "retention.ms", "config_operation": 0, "value": "1"}]}], "validate_only": False},
     37: {"topics": [{"name": "t", "count": 5, "assignments": None}], "timeout": 1,
          "validate_only": False},
     60: {"include_cluster_authorized_operations": False, "endpoint_type": 1},

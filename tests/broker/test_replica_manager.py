@@ -355,9 +355,15 @@ async def test_topic_config_changes_reach_the_log(tmp_path: Path) -> None:
     assert rm.partition(TOPIC, 0).log.config.retention_ms == 1234  # type: ignore[union-attr]
     await rm.on_metadata_update(*md.update(ConfigRecord(2, TOPIC, "retention.ms", None)))
     assert rm.partition(TOPIC, 0).log.config.retention_ms == 604800000  # type: ignore[union-attr]
-    configs = rm.topic_configs(TOPIC)
-    assert configs is not None and configs["retention.ms"] == ("604800000", True)
-    assert rm.topic_configs("nope") is None
+    # Broker-level configs (the cluster default, this broker's) change every log's
+    # defaults at once; a topic override still wins.
+    await rm.on_metadata_update(*md.update(ConfigRecord(4, "", "log.retention.ms", "777")))
+    assert rm.partition(TOPIC, 0).log.config.retention_ms == 777  # type: ignore[union-attr]
+    await rm.on_metadata_update(*md.update(ConfigRecord(4, "1", "log.segment.bytes", "4096")))
+    cfg = rm.partition(TOPIC, 0).log.config  # type: ignore[union-attr]
+    assert (cfg.retention_ms, cfg.segment_bytes) == (777, 4096)
+    await rm.on_metadata_update(*md.update(ConfigRecord(2, TOPIC, "retention.ms", "5")))
+    assert rm.partition(TOPIC, 0).log.config.retention_ms == 5  # type: ignore[union-attr]
 
 
 # -- partition reassignment (KIP-455) ----------------------------------------------------------

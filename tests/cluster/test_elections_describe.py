@@ -278,6 +278,45 @@ def test_describe_quorum_by_kafka_python_and_tool(cluster: ProcCluster) -> None:
     assert sorted(n for n, s in statuses if s in ("Leader", "Follower")) == [1, 2, 3]
 
 
+# -- unclean elections --------------------------------------------------------------------------
+
+
+def test_unclean_election_by_tool_brings_back_a_partition_without_isr(
+    cluster: ProcCluster,
+) -> None:
+    """The only ISR member dies with unclean.leader.election.enable off: the partition
+    stays leaderless when the other replica returns, until an operator asks for an unclean
+    election; the returning ISR member then follows (its extra records truncated)."""
+    topic = "unclean"
+    create_topic(cluster, topic, [[5, 6]])
+    cluster.kill_broker(6)
+    wait_for(lambda: (cluster.partitions(topic) or {}).get(0, {}).get("isr") == [5], 30,
+             "the ISR shrinks to 5", cluster.logs)  # fmt: skip
+    produce(cluster, topic, 0, 3)  # on 5 only
+    cluster.kill_broker(5)
+    wait_for(lambda: (leaders(cluster, topic) or {}).get(0) == -1, 30, "no leader", cluster.logs)
+    cluster.restart_broker(6)
+    cluster.wait_brokers_unfenced({6}, 0, 60)
+    base = ("leader-election", "--bootstrap-server", cluster.bootstrap)
+    preferred = kraft(*base, "--election-type", "PREFERRED", "--topic", topic, "--partition", "0")
+    assert preferred.returncode == 1  # 5, the preferred replica, is down
+    assert (leaders(cluster, topic) or {}).get(0) == -1  # no clean choice was made for us
+    out = ok(kraft(*base, "--election-type", "UNCLEAN", "--topic", topic, "--partition", "0"))
+    assert out == f"Successfully completed leader election (UNCLEAN) for partitions {topic}-0\n"
+    wait_for(lambda: (leaders(cluster, topic) or {}).get(0) == 6, 30, "6 leads", cluster.logs)
+    cluster.restart_broker(5)
+    wait_for(lambda: sorted((cluster.partitions(topic) or {}).get(0, {}).get("isr", [])) == [5, 6],
+             60, "5 follows 6 again", cluster.logs)  # fmt: skip
+    # What only 5 had is gone, as Kafka's unclean elections lose it.
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "unclean"})
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition(topic, 0), 30) == (0, 0)
+    finally:
+        consumer.close()
+
+
 # -- automatic preferred leader rebalancing ----------------------------------------------------
 
 

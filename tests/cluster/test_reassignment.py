@@ -271,8 +271,8 @@ def test_generate_list_cancel_and_errors(cluster: ProcCluster, tmp_path: Path) -
 
 
 def set_cluster_config(c: ProcCluster, name: str, value: str | None) -> None:
-    """A dynamic cluster-wide broker config, through the active controller's API (the
-    brokers have no IncrementalAlterConfigs yet)."""
+    """A dynamic cluster-wide broker config (Kafka's `--entity-default`), written
+    straight through the active controller's API."""
     import urllib.request
 
     active = c.wait_active_controller(15)

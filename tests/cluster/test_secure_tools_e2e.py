@@ -223,3 +223,27 @@ def test_only_the_super_user_manages_acls_and_users(cluster: Cluster) -> None:
         proc = as_alice(cluster, *argv)
         one_line_error(proc, fragment)
         no_secret(cluster, proc.stdout, proc.stderr)
+
+
+def test_operations_tools_take_the_command_config(cluster: Cluster) -> None:
+    """leader-election, log-dirs and metadata-quorum log in with --command-config; they
+    need ALTER/DESCRIBE on the cluster, which alice lacks and the super user has."""
+    create_topic(cluster, "ops-secure")
+    elected = as_admin(cluster, "leader-election", "--election-type", "PREFERRED",
+                       "--topic", "ops-secure", "--partition", "0")  # fmt: skip
+    assert ok(elected).strip() == "Valid replica already elected for partitions ops-secure-0"
+    dirs = ok(as_admin(cluster, "log-dirs", "--describe", "--topic-list", "ops-secure"))
+    assert '"partition":"ops-secure-0"' in dirs
+    # kafka-metadata-quorum takes its connection options before the subcommand.
+    assert cluster.admin_config is not None and cluster.client_config is not None
+    quorum = ("metadata-quorum", "--command-config")
+    status = ok(kraft(*quorum, str(cluster.admin_config), "describe", "--status"))
+    assert "CurrentVoters:" in status
+    for proc in [
+        as_alice(cluster, "leader-election", "--election-type", "PREFERRED",
+                 "--all-topic-partitions"),  # fmt: skip
+        as_alice(cluster, "log-dirs", "--describe"),
+        kraft(*quorum, str(cluster.client_config), "describe", "--status"),
+    ]:
+        one_line_error(proc, "CLUSTER_AUTHORIZATION_FAILED")
+        no_secret(cluster, proc.stdout, proc.stderr)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from broker.apis import KafkaApis
+from broker.dynamic_config import DynamicBrokerConfig
 from broker.group.config import GroupConfig
 from broker.group.manager import GroupCoordinator
 from broker.network import KafkaServer
@@ -29,6 +30,7 @@ from metadata_log.controller_api import (
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    IncrementalAlterConfigsRequest,
     TopicResult,
 )
 from metadata_log.image import (
@@ -38,6 +40,7 @@ from metadata_log.image import (
     TopicImage,
 )
 from metadata_log.records import Endpoint
+from storage.config import LogConfig
 from storage.log import Log
 from storage.log_types import FetchDataInfo, OffsetOutOfRangeError
 from storage.record_batch import CheckedBatch
@@ -68,6 +71,8 @@ class FakeRuntime:
         # The parts the handlers call: this fake plays the replica manager and the admin.
         self.replica_manager = self
         self.admin = self
+        # The broker configs DescribeConfigs shows: static only.
+        self.dynamic = DynamicBrokerConfig(BROKER_ID, {"log.dirs": str(root)}, LogConfig())
 
     async def _no_offsets_topic(self) -> None:
         return None
@@ -206,13 +211,8 @@ class FakeRuntime:
     async def create_partitions(self, req: CreatePartitionsRequest) -> CreatePartitionsResponse:
         return CreatePartitionsResponse([TopicResult(t.name, 37) for t in req.topics])
 
-    def broker_configs(self) -> dict[str, tuple[str, bool]]:
-        return {"num.partitions": ("1", True), "log.dirs": (str(self.root), False)}
-
-    def topic_configs(self, topic: str) -> dict[str, tuple[str, bool]] | None:
-        if topic not in self._image.topic_ids:
-            return None
-        return {"retention.ms": ("604800000", True), "cleanup.policy": ("delete", True)}
+    async def alter_configs(self, req: IncrementalAlterConfigsRequest) -> tuple[int, str | None]:
+        return 37, "no controller here"  # as the other admin writes of this fake
 
     def close(self) -> None:
         for log in self.logs.values():

@@ -390,8 +390,39 @@ def _describe_quorum(c: RawClient, v: int, t: Target) -> None:
     assert resp.error_code == CLUSTER_DENIED and resp.topics == ()
 
 
+def _alter_configs(c: RawClient, v: int, t: Target) -> None:
+    resources = [
+        {"resource_type": 2, "resource_name": t.topic,
+         "configs": [{"name": "retention.ms", "value": "1"}]},
+        {"resource_type": 4, "resource_name": str(t.broker_id),
+         "configs": [{"name": "log.cleaner.backoff.ms", "value": "1000"}]},
+    ]  # fmt: skip
+    resp = call(c, 33, v, {"resources": resources, "validate_only": False})
+    assert [(r.resource_name, r.error_code) for r in resp.responses] == [
+        (t.topic, TOPIC_DENIED),
+        (str(t.broker_id), CLUSTER_DENIED),
+    ]
+
+
+def _incremental_alter_configs(c: RawClient, v: int, t: Target) -> None:
+    def op(name: str, value: str) -> dict[str, Any]:
+        return {"name": name, "config_operation": 0, "value": value}
+
+    resources = [
+        {"resource_type": 2, "resource_name": t.topic, "configs": [op("retention.ms", "1")]},
+        {"resource_type": 4, "resource_name": "", "configs": [op("min.insync.replicas", "3")]},
+    ]
+    resp = call(c, 44, v, {"resources": resources, "validate_only": False})
+    assert [(r.resource_name, r.error_code) for r in resp.responses] == [
+        (t.topic, TOPIC_DENIED),
+        ("", CLUSTER_DENIED),
+    ]
+
+
 REFUSALS.update(
     {
+        ApiKey.ALTER_CONFIGS: _alter_configs,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: _incremental_alter_configs,
         ApiKey.ELECT_LEADERS: _elect_leaders,
         ApiKey.DESCRIBE_LOG_DIRS: _describe_log_dirs,
         ApiKey.DESCRIBE_TOPIC_PARTITIONS: _describe_topic_partitions,
@@ -456,7 +487,24 @@ def cluster_view(clients: list[RawClient]) -> dict[str, Any] | None:
             groups[g.group_id] = _group_view(client, g.group_id)
     if len(offsets) != 2 * sum(n for _, n in topics.values()) or None in groups.values():
         return None
-    return {"topics": topics, "offsets": offsets, "groups": groups}
+    return {"topics": topics, "offsets": offsets, "groups": groups, "configs": _configs(clients)}
+
+
+def _configs(clients: list[RawClient]) -> dict[str, Any]:
+    """Every topic's overrides and the cluster default broker configs (what a refused
+    AlterConfigs or IncrementalAlterConfigs would have changed)."""
+    md = call(clients[0], 3, 12, ALL_TOPICS)
+    resources = [{"resource_type": 2, "resource_name": t.name, "configuration_keys": None}
+                 for t in md.topics]  # fmt: skip
+    resources.append({"resource_type": 4, "resource_name": "", "configuration_keys": None})
+    data = {"resources": resources, "include_synonyms": False, "include_documentation": False}
+    resp = call(clients[0], 32, 4, data)
+    return {
+        (r.resource_type, r.resource_name): sorted(
+            (c.name, c.value) for c in r.configs if c.config_source in (1, 3)
+        )
+        for r in resp.results
+    }
 
 
 def _group_view(client: RawClient, group_id: str) -> Any:
