@@ -18,8 +18,9 @@ broker's log directories is not supported). `--wait` (ours) keeps `--execute` or
 `--verify` running until every partition of the plan is reassigned, drawing on stderr
 how many of the replicas being added are in sync.
 
-Not supported: `--throttle` (the brokers have no replication throttling yet),
-`--replica-alter-log-dirs-throttle`, `--preserve-throttles`.
+`--throttle N` (with `--execute`) sets the follower side of Kafka's replication throttle
+on the brokers receiving new replicas (kraft/tools/reassign_throttle.py); `--verify`
+clears it when the plan is done. Not supported: `--replica-alter-log-dirs-throttle`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from kraft.tools.client_common import (
     timeout_parser,
 )
 from kraft.tools.python_admin import admin_client
+from kraft.tools.reassign_throttle import clear_throttle, set_throttle
 
 COMMANDS = ("reassign",)
 WAIT_POLL_S = 0.5
@@ -71,6 +73,19 @@ def add_parser(sub: Any) -> None:
         "--additional",
         action="store_true",
         help="with --execute: start even though other reassignments are in progress",
+    )
+    p.add_argument(
+        "--throttle",
+        type=int,
+        default=-1,
+        metavar="BYTES/S",
+        help="with --execute: the brokers receiving new replicas fetch them at most this "
+        "fast (follower.replication.throttled.rate); --verify clears it when done",
+    )
+    p.add_argument(
+        "--preserve-throttles",
+        action="store_true",
+        help="with --verify: leave the throttle in place when the reassignment is done",
     )
     p.add_argument(
         "--wait",
@@ -251,6 +266,8 @@ def execute(admin: Any, args: argparse.Namespace) -> int:
     print(plan_json({k: current[k] for k in plan}))
     print()
     print("Save this to use as the --reassignment-json-file option during rollback")
+    if args.throttle >= 0:
+        set_throttle(args, plan, current)
     results = admin.alter_partition_reassignments(
         {TopicPartition(t, p): r for (t, p), r in plan.items()}
     )
@@ -277,9 +294,14 @@ def verify(admin: Any, args: argparse.Namespace) -> int:
                 f"is {current[key]} rather than {plan[key]}."
             )
     if args.wait:
-        return wait_for(admin, plan)
-    if ongoing:
+        wait_for(admin, plan)
+    elif ongoing:
         draw_progress(progress(plan, current, isrs, ongoing), final=True)
+        return 0
+    elif any(current[k] != plan[k] for k in plan):
+        return 0
+    if not args.preserve_throttles:
+        clear_throttle(args, admin)
     return 0
 
 
@@ -397,6 +419,10 @@ def run(args: argparse.Namespace) -> int:
             raise CliError("--wait goes with --execute or --verify")
         if args.additional and not args.execute:
             raise CliError("--additional goes with --execute")
+        if args.throttle >= 0 and not args.execute:
+            raise CliError("--throttle goes with --execute")
+        if args.preserve_throttles and not args.verify:
+            raise CliError("--preserve-throttles goes with --verify")
         # The files and flags are checked before any connection is made.
         if args.generate:
             if not args.topics_to_move_json_file or not args.broker_list:

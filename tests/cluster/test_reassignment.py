@@ -170,9 +170,11 @@ def test_reassignment_under_load_survives_a_controller_kill(
         assert waited.returncode == 0, f"{waited.stdout}\n{waited.stderr}\n{cluster.logs()}"
         assert "Reassignment of all partitions is completed." in waited.stdout
         assert "partitions reassigned" in waited.stderr  # the progress
-        expected = ["Status of partition reassignment:"] + [
-            f"Reassignment of partition {TOPIC}-{p} is completed." for p in range(PARTITIONS)
-        ]
+        expected = (
+            ["Status of partition reassignment:"]
+            + [f"Reassignment of partition {TOPIC}-{p} is completed." for p in range(PARTITIONS)]
+            + ["Clearing broker-level throttles on brokers 4,5,6,7,8,9"]
+        )
 
         def verified() -> bool:  # every broker's metadata follows the controller's soon
             out = ok(kraft("reassign", "--bootstrap-server", cluster.bootstrap, "--verify",
@@ -270,23 +272,6 @@ def test_generate_list_cancel_and_errors(cluster: ProcCluster, tmp_path: Path) -
     )
 
 
-def set_cluster_config(c: ProcCluster, name: str, value: str | None) -> None:
-    """A dynamic cluster-wide broker config (Kafka's `--entity-default`), written
-    straight through the active controller's API."""
-    import urllib.request
-
-    active = c.wait_active_controller(15)
-    body = {"resource_type": 4, "resource_name": ""}
-    body.update({"set": {name: value}} if value is not None else {"delete": [name]})
-    req = urllib.request.Request(
-        f"http://{active.address}/v1/configs",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - a test cluster
-        assert resp.status in (200, 204)
-
-
 def test_follower_throttle_slows_the_replicas_being_added(
     cluster: ProcCluster, tmp_path: Path
 ) -> None:
@@ -300,15 +285,20 @@ def test_follower_throttle_slows_the_replicas_being_added(
         producer.poll(0)
     assert producer.flush(30) == 0
     boot = ("--bootstrap-server", cluster.bootstrap)
-    set_cluster_config(cluster, "follower.replication.throttled.rate", str(rate))
-    try:
-        plan = plan_file(tmp_path, {(topic, 0): [4, 7]})
-        started = time.monotonic()
-        ok(kraft("reassign", *boot, "--execute", "--reassignment-json-file", plan, "--wait"))
-        took = time.monotonic() - started
-    finally:
-        set_cluster_config(cluster, "follower.replication.throttled.rate", None)
+    plan = plan_file(tmp_path, {(topic, 0): [4, 7]})
+    started = time.monotonic()
+    out = ok(kraft("reassign", *boot, "--execute", "--reassignment-json-file", plan,
+                   "--throttle", str(rate), "--wait"))  # fmt: skip
+    took = time.monotonic() - started
+    assert f"The inter-broker throttle limit was set to {rate} B/s" in out
     # 4 MB at 1 MB/s: the quota holds the new replica back for about 3 s (with two 1 s
     # windows, the first 1-2 MB go at once). Unthrottled it takes well under a second.
     assert took > 2.0, f"the reassignment took {took:.1f}s: not throttled\n{cluster.logs()}"
     assert (cluster.partitions(topic) or {})[0]["replicas"] == [4, 7]
+    # --verify of a finished plan clears the throttle from every broker.
+    verified = ok(kraft("reassign", *boot, "--verify", "--reassignment-json-file", plan))
+    assert "Clearing broker-level throttles on brokers 4,5,6,7,8,9" in verified
+    configs = (cluster.cluster_state() or {}).get("configs")
+    assert not configs or not any(
+        "follower.replication.throttled.rate" in v for v in configs.values()
+    ), configs
