@@ -129,7 +129,18 @@ def test_reassignment_under_load_survives_a_controller_kill(
     cluster: ProcCluster, tmp_path: Path
 ) -> None:
     create_topic(cluster, TOPIC, [rotated(OLD, p) for p in range(PARTITIONS)])
-    w = Workload(cluster.bootstrap, TOPIC, PARTITIONS, rate_per_s=150)
+    # One request in flight per connection: with more, librdkafka answers an
+    # OUT_OF_ORDER_SEQUENCE_NUMBER for the requests behind a failed one (normal while
+    # leaders move, Kafka's brokers answer the same) with a producer epoch bump, and
+    # re-sends possibly persisted batches of other partitions under the new epoch:
+    # duplicates (confluentinc/librdkafka#4953). Seen here once in ~25 runs.
+    w = Workload(
+        cluster.bootstrap,
+        TOPIC,
+        PARTITIONS,
+        rate_per_s=150,
+        producer_conf={"max.in.flight.requests.per.connection": 1},
+    )
     w.start()
     try:
         wait_for(
