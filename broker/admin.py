@@ -24,6 +24,8 @@ from common.topics import GROUP_METADATA_TOPIC_NAME
 from metadata_log.controller_api import (  # elections and quorum status
     AclCreationResult,
     AllocateProducerIdsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
     AlterUserScramCredentialsResult,
@@ -43,6 +45,8 @@ from metadata_log.controller_api import (  # elections and quorum status
     ElectLeadersRequest,
     ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
     PartitionResult,
     QuorumStatus,
     TopicResult,
@@ -64,6 +68,12 @@ class ActiveController(Protocol):
         self, req: AlterUserScramCredentialsRequest
     ) -> AlterUserScramCredentialsResponse: ...
     async def elect_leaders(self, req: ElectLeadersRequest) -> ElectLeadersResponse: ...
+    async def alter_partition_reassignments(
+        self, req: AlterPartitionReassignmentsRequest
+    ) -> AlterPartitionReassignmentsResponse: ...
+    async def list_partition_reassignments(
+        self, req: ListPartitionReassignmentsRequest
+    ) -> ListPartitionReassignmentsResponse: ...
     async def quorum_status(self) -> QuorumStatus: ...
     async def alter_configs(self, req: IncrementalAlterConfigsRequest) -> None: ...
 
@@ -142,6 +152,27 @@ class Admin:
             return ElectLeadersResponse(
                 [PartitionResult(tp.topic, tp.partition, code, msg) for tp in req.partitions or []]
             )
+
+    async def alter_partition_reassignments(
+        self, req: AlterPartitionReassignmentsRequest
+    ) -> AlterPartitionReassignmentsResponse:
+        try:
+            return await self.controller.alter_partition_reassignments(req)
+        except (ControllerError, ControllerUnavailable) as exc:
+            code, msg = _failure(exc)
+            return AlterPartitionReassignmentsResponse(
+                [PartitionResult(p.topic, p.partition, code, msg) for p in req.partitions]
+            )
+
+    async def list_partition_reassignments(
+        self, req: ListPartitionReassignmentsRequest
+    ) -> ListPartitionReassignmentsResponse | tuple[int, str]:
+        """The ongoing reassignments, or (error code, message) when the controller
+        could not answer."""
+        try:
+            return await self.controller.list_partition_reassignments(req)
+        except (ControllerError, ControllerUnavailable) as exc:
+            return _failure(exc)
 
     async def quorum_status(self) -> QuorumStatus:
         """The active controller's view of the quorum (DescribeQuorum); raises

@@ -43,6 +43,7 @@ from broker import (
     apis_group,
     apis_group_admin,
     apis_metadata,
+    apis_reassign,
     apis_records,
     apis_sasl,
 )
@@ -222,6 +223,7 @@ HANDLERS = _by_key(
     apis_elect.API_HANDLERS,
     apis_describe.API_HANDLERS,
     apis_records.API_HANDLERS,
+    apis_reassign.API_HANDLERS,
     API_HANDLERS,
 )
 # What ApiVersions advertises: exactly the rows above.

@@ -80,6 +80,11 @@ DEFAULTS: dict[str, str | None] = {
     "replica.fetch.min.bytes": "1",
     "replica.fetch.backoff.ms": "1000",
     "replica.socket.timeout.ms": "30000",
+    # bytes/s for replicas a reassignment is adding (Long.MAX_VALUE: not throttled); a
+    # dynamic broker config (cluster default or per broker) overrides it
+    "follower.replication.throttled.rate": str(2**63 - 1),
+    "replication.quota.window.num": "11",
+    "replication.quota.window.size.seconds": "1",
     "replica.high.watermark.checkpoint.interval.ms": "5000",
     "request.timeout.ms": "30000",
     "controlled.shutdown.timeout.ms": "30000",
@@ -145,6 +150,9 @@ class BrokerConfig:
     replica_fetch_min_bytes: int = 1
     replica_fetch_backoff_ms: int = 1000
     replica_socket_timeout_ms: int = 30000
+    follower_replication_throttled_rate: int = 2**63 - 1
+    replication_quota_window_num: int = 11
+    replication_quota_window_size_s: int = 1
     hw_checkpoint_interval_ms: int = 5000
     request_timeout_ms: int = 30000
     controlled_shutdown_timeout_ms: int = 30000
@@ -354,6 +362,13 @@ def from_properties(values: Mapping[str, str]) -> BrokerConfig:
         replica_fetch_min_bytes=props.get_int("replica.fetch.min.bytes", min=1),
         replica_fetch_backoff_ms=props.get_int("replica.fetch.backoff.ms", min=0),
         replica_socket_timeout_ms=props.get_int("replica.socket.timeout.ms", min=1),
+        follower_replication_throttled_rate=props.get_int(
+            "follower.replication.throttled.rate", min=0, max=2**63 - 1
+        ),
+        replication_quota_window_num=props.get_int("replication.quota.window.num", min=1),
+        replication_quota_window_size_s=props.get_int(
+            "replication.quota.window.size.seconds", min=1
+        ),
         hw_checkpoint_interval_ms=props.get_int(
             "replica.high.watermark.checkpoint.interval.ms", min=1
         ),

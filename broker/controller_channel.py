@@ -31,6 +31,8 @@ from common.errors import Errors
 from metadata_log.controller_api import (  # elections and quorum status
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     AlterUserScramCredentialsRequest,
@@ -49,6 +51,8 @@ from metadata_log.controller_api import (  # elections and quorum status
     ElectLeadersResponse,
     ErrorResponse,
     IncrementalAlterConfigsRequest,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
     QuorumStatus,
 )
 
@@ -236,6 +240,18 @@ class ControllerChannel:
 
     async def elect_leaders(self, req: ElectLeadersRequest) -> ElectLeadersResponse:
         return await self.post("/v1/leaders/elect", req, ElectLeadersResponse)
+
+    async def alter_partition_reassignments(
+        self, req: AlterPartitionReassignmentsRequest
+    ) -> AlterPartitionReassignmentsResponse:
+        return await self.post("/v1/partitions/reassign", req, AlterPartitionReassignmentsResponse)
+
+    async def list_partition_reassignments(
+        self, req: ListPartitionReassignmentsRequest
+    ) -> ListPartitionReassignmentsResponse:
+        return await self.post(
+            "/v1/partitions/reassignments", req, ListPartitionReassignmentsResponse
+        )
 
     async def alter_configs(self, req: IncrementalAlterConfigsRequest) -> None:
         """One resource's config change; a refusal raises ControllerError."""

@@ -50,6 +50,7 @@ log = logging.getLogger("broker.fetcher")
 TP = tuple[str, int]
 FETCH_VERSION = 15  # topic ids, last fetched epoch, diverging epoch, broker epoch (KIP-903)
 _SIZE = struct.Struct(">i")
+THROTTLE_CHECK_MS = 100  # how often a throttled partition looks at its quota again
 
 _write_header = entity_writer(RequestHeader)
 _write_request = entity_writer(FetchRequest)
@@ -66,6 +67,7 @@ class FollowerFetchState:
     last_fetched_epoch: int  # epoch of our last batch (-1: none)
     log_start_offset: int
     topic_id: str = ""  # the topic's UUID (Fetch v13+ names topics by id)
+    throttled: bool = False  # a replica being added: follower.replication.throttled.rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,8 @@ class FollowerData:
 
 
 class ReplicaTarget(Protocol):
+    # Optional: `follower_quota` (broker.replication_quota.ReplicationQuota), the byte rate
+    # of the throttled partitions; read with getattr, absent means unthrottled.
     def follower_fetch_state(self, tp: TP) -> FollowerFetchState | None: ...
     def leader_endpoint(self, broker_id: int) -> tuple[str, int] | None: ...
     async def process_follower_data(
@@ -227,9 +231,15 @@ class LeaderFetcher:
         backoff = 0.05
         while not self._loop.stopping:
             now = clock.monotonic_ms()
+            quota = getattr(self.target, "follower_quota", None)
+            throttle = quota is not None and quota.is_exceeded(now)
             ready: dict[TP, FollowerFetchState] = {}
             for tp, rest_until in self.partitions.items():
                 if rest_until <= now and (st := self.target.follower_fetch_state(tp)) is not None:
+                    if throttle and st.throttled:
+                        # Kafka's follower throttle: left out while the quota is exceeded.
+                        self.partitions[tp] = now + THROTTLE_CHECK_MS
+                        continue
                     ready[tp] = st
             if not ready:
                 pending = [t for t in self.partitions.values() if t > now]
@@ -255,6 +265,15 @@ class LeaderFetcher:
                 await clock.sleep(backoff)
                 backoff = min(self.cfg.backoff_ms / 1000, backoff * 2)
                 continue
+            if quota is not None:
+                quota.record(
+                    sum(
+                        len(d.records or b"")
+                        for tp, d in answers.items()
+                        if tp in ready and ready[tp].throttled
+                    ),
+                    clock.monotonic_ms(),
+                )
             async with self.lock:
                 for tp, data in answers.items():
                     if tp not in self.partitions:

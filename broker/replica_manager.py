@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from broker.metadata_publisher import LoaderManifest
 from broker.partition import NO_LEADER, AlterIsr, Partition
 from broker.producer_state import ProducerStateManager
 from broker.record_deletion import LogStartCheckpointer
+from broker.replication_quota import ReplicationQuota
 from broker.results import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
 from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import Errors
@@ -88,6 +90,13 @@ class ReplicaManager:
         self._checkpointed_hw = log_manager.read_high_watermarks()
         # DeleteRecords (leaders) and fetch answers (followers) move log start offsets.
         self.log_start_checkpointer = LogStartCheckpointer(log_manager)
+        # Replicas being added by a reassignment fetch at most this fast (the fetchers
+        # read it: ReplicaTarget.follower_quota).
+        self.follower_quota = ReplicationQuota(
+            self._follower_throttle(self._image),
+            window_ms=config.replication_quota_window_size_s * 1000,
+            windows=config.replication_quota_window_num,
+        )
 
     # -- reads of the state ------------------------------------------------------------------
 
@@ -130,6 +139,14 @@ class ReplicaManager:
             topic_id = targets[tp][0] if tp in targets else None
             if (snapshot and tp not in targets) or (topic_id and topic_id != h.core.topic_id):
                 deletes.add(tp)  # gone while we were behind, or the topic was recreated
+        if snapshot:
+            # Stray replicas (Kafka's LogManager.findStrayReplicas, KRaft): logs on disk,
+            # e.g. found at startup, that the whole image no longer assigns to us; the
+            # partition was reassigned away or deleted while we were down or behind.
+            for tp in self.log_manager.logs:
+                if tp not in targets and tp not in deletes:
+                    log.info("deleting stray replica %s-%d: not assigned to us", *tp)
+                    deletes.add(tp)
         plans = [
             _Plan(tp, topic_id, reg, tp in changes.leaders, self._partitions.get(tp))
             for tp, (topic_id, reg) in targets.items()
@@ -161,6 +178,10 @@ class ReplicaManager:
             # 3. install the new roles
             self._install(deletes, plans, heavy, new)
         self._update_configs(old, new)
+        rate = self._follower_throttle(new)
+        if rate != self.follower_quota.rate_bytes_per_s:
+            log.info("follower.replication.throttled.rate is now %s", rate or "unlimited")
+            self.follower_quota.rate_bytes_per_s = rate
         if failed:
             # The loader retries the update (from a snapshot): the failed ones again.
             raise RuntimeError(f"{failed} replicas could not be prepared (see above)")
@@ -284,6 +305,22 @@ class ReplicaManager:
         for rtype, name in old.configs.keys() - new.configs.keys():
             if rtype == TOPIC_RESOURCE:
                 self._reconfigure(name, new)
+
+    def _follower_throttle(self, image: MetadataImage) -> int | None:
+        """follower.replication.throttled.rate: this broker's dynamic config, else the
+        cluster-wide dynamic default, else the static property (None: unlimited)."""
+        name = "follower.replication.throttled.rate"
+        rate = self.config.follower_replication_throttled_rate
+        for key in ((BROKER_RESOURCE, str(self.broker_id)), (BROKER_RESOURCE, "")):
+            value = image.configs.get(key, {}).get(name)
+            if value is not None:
+                try:
+                    rate = int(value)
+                except ValueError:
+                    log.warning("ignoring %s=%r: not a number of bytes/s", name, value)
+                    continue
+                break
+        return None if rate >= 2**63 - 1 or rate < 0 else rate
 
     def _reconfigure(self, topic: str, image: MetadataImage) -> None:
         cfg = self._log_config(topic, image)
@@ -509,7 +546,12 @@ class ReplicaManager:
         h = self._partitions.get(tp)
         if h is None or h.transitioning or h.core.is_leader:
             return None
-        return h.fetch_state()
+        state = h.fetch_state()
+        reg = self._image.partition(h.core.topic_id, tp[1])
+        if reg is not None and self.broker_id in reg.adding_replicas:
+            # A replica a reassignment is adding: follower.replication.throttled.rate.
+            state = dataclasses.replace(state, throttled=True)
+        return state
 
     def leader_endpoint(self, broker_id: int) -> tuple[str, int] | None:
         b = self._image.brokers.get(broker_id)

@@ -201,6 +201,15 @@ DYNAMIC_BROKER_CONFIG_KEYS: dict[str, ConfigKey] = {
             "new connections per second",
             at_least=0,
         ),
+        # DynamicReplicationConfig: the byte rate of the replicas a reassignment adds
+        # (the follower side; broker/replication_quota.py).
+        ConfigKey(
+            "follower.replication.throttled.rate",
+            T.LONG,
+            "9223372036854775807",
+            "bytes/s the replicas being added fetch at, at most",
+            at_least=0,
+        ),
         # Producer state.
         ConfigKey(
             "producer.id.expiration.ms",

@@ -14,14 +14,18 @@ The managers, each in its own module:
 - `ProducerIdControlManager` (kraft/producer_id_control.py): producer id blocks;
 - `AclControlManager` (kraft/acl_control.py): ACL bindings (CreateAcls, DeleteAcls);
 - `ScramControlManager` (kraft/scram_control.py): SCRAM credentials
-  (AlterUserScramCredentials).
+  (AlterUserScramCredentials);
+- `ReassignmentControlManager` (kraft/reassignment.py): partition reassignments
+  (AlterPartitionReassignments, ListPartitionReassignments, KIP-455).
 
 The one decision that spans two managers is a broker's change of state: the cluster
 manager writes the broker's record and says which brokers it makes (un)usable, and the
 replication manager adds the partition changes that follow to the same batch, so no
-committed image ever has a fenced leader.
+committed image ever has a fenced leader. Any batch that changes partitions (an ISR
+change, a fencing) is then given to the reassignment manager, which adds the changes
+that complete reassignments the new ISRs allow (`_completing`).
 
-Adding a manager (reassignments are next): write it in its own
+Adding a manager: write it in its own
 module, with one method `(image, request, now_ms) -> Decision` per request type; build it
 in `__init__` (give it the managers it reads, never the other way round: the replication
 manager reads the cluster and configuration managers); add one row per request type to
@@ -41,10 +45,12 @@ from kraft.configuration_control import ConfigurationControlManager
 from kraft.decision import ControllerConfig, Decision
 from kraft.leader_balance import LeaderBalanceConfig, LeaderBalancer
 from kraft.producer_id_control import ProducerIdControlManager
+from kraft.reassignment import ReassignmentControlManager
 from kraft.replication_control import ReplicationControlManager
 from kraft.scram_control import ScramControlManager
 from metadata_log.controller_api import (
     AllocateProducerIdsRequest,
+    AlterPartitionReassignmentsRequest,
     AlterPartitionRequest,
     AlterUserScramCredentialsRequest,
     BrokerHeartbeatRequest,
@@ -56,6 +62,7 @@ from metadata_log.controller_api import (
     DeleteTopicsRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
+    ListPartitionReassignmentsRequest,
 )
 from metadata_log.image import MetadataImage
 from metadata_log.records import Record
@@ -79,6 +86,7 @@ class QuorumController:
         self.producer_ids = ProducerIdControlManager(self.config)
         self.acls = AclControlManager(self.config, new_acl_id or new_topic_id)
         self.scram = ScramControlManager(self.config)
+        self.reassignment = ReassignmentControlManager(self.config, self.configuration)
         self.leader_balance = LeaderBalancer(
             LeaderBalanceConfig(
                 config.auto_leader_rebalance_enable,
@@ -89,7 +97,7 @@ class QuorumController:
         self._routes: dict[type, Route] = {
             BrokerRegistrationRequest: self._register_broker,
             BrokerHeartbeatRequest: self._heartbeat,
-            AlterPartitionRequest: self.replication.alter_partition,
+            AlterPartitionRequest: self._alter_partition,
             CreateTopicsRequest: self.replication.create_topics,
             DeleteTopicsRequest: self.replication.delete_topics,
             CreatePartitionsRequest: self.replication.create_partitions,
@@ -99,6 +107,8 @@ class QuorumController:
             CreateAclsRequest: self.acls.create_acls,
             DeleteAclsRequest: self.acls.delete_acls,
             AlterUserScramCredentialsRequest: self.scram.alter_credentials,
+            AlterPartitionReassignmentsRequest: self.reassignment.alter_reassignments,
+            ListPartitionReassignmentsRequest: self.reassignment.list_reassignments,
         }
 
     def decide(self, image: MetadataImage, request: Any, now_ms: int) -> Decision:
@@ -117,7 +127,21 @@ class QuorumController:
         changes already reached, never beside them in one batch."""
         records, transition = self.cluster.fence_expired(image, now_ms)
         records += self.replication.rebalance(image, transition, now_ms)
-        return records or self.leader_balance.tick(image, now_ms)
+        if records:
+            return records + self.reassignment.follow_up(image, records)
+        return self.leader_balance.tick(image, now_ms)
+
+    def _completing(self, image: MetadataImage, decision: Decision) -> Decision:
+        """`decision` plus the changes completing the reassignments it makes possible
+        (in Kafka every PartitionChangeBuilder checks this)."""
+        return decision.plus(self.reassignment.follow_up(image, decision.records))
+
+    def _alter_partition(
+        self, image: MetadataImage, req: AlterPartitionRequest, now_ms: int
+    ) -> Decision:
+        """An ISR change; when it completes a reassignment, the leader learns the new
+        replicas (and maybe that it no longer leads) from the metadata log."""
+        return self._completing(image, self.replication.alter_partition(image, req, now_ms))
 
     # -- broker state changes: the cluster's record, then the partitions' ---------------------
 
@@ -130,7 +154,8 @@ class QuorumController:
         decision, transition = decided
         if transition is None:
             return decision
-        return decision.plus(self.replication.rebalance(image, transition, now_ms))
+        decision = decision.plus(self.replication.rebalance(image, transition, now_ms))
+        return self._completing(image, decision)
 
     def _register_broker(
         self, image: MetadataImage, req: BrokerRegistrationRequest, now_ms: int

@@ -26,6 +26,7 @@ from kraft.http_auth import ApiAuth, Authenticator
 from kraft.service import ControllerApiError, ControllerService, NotActiveController
 from metadata_log.controller_api import (
     AllocateProducerIdsRequest,
+    AlterPartitionReassignmentsRequest,
     AlterPartitionRequest,
     AlterUserScramCredentialsRequest,
     BrokerHeartbeatRequest,
@@ -42,6 +43,7 @@ from metadata_log.controller_api import (
     ElectLeadersRequest,
     ErrorResponse,
     IncrementalAlterConfigsRequest,
+    ListPartitionReassignmentsRequest,
     QuorumStatus,
 )
 from metadata_log.controller_api import LogResponse as LogResponse  # what the JSON log decodes as
@@ -108,7 +110,15 @@ def describe_cluster(image: MetadataImage, status: QuorumStatus) -> ClusterDescr
             t.topic_id,
             [
                 ClusterPartition(
-                    p, r.replicas, r.isr, r.leader, r.leader_epoch, r.partition_epoch, r.is_offline
+                    p,
+                    r.replicas,
+                    r.isr,
+                    r.leader,
+                    r.leader_epoch,
+                    r.partition_epoch,
+                    r.is_offline,
+                    r.removing_replicas,
+                    r.adding_replicas,
                 )
                 for p, r in sorted(t.partitions.items())
             ],
@@ -434,6 +444,16 @@ def make_app(
         ("/v1/topics/delete", DeleteTopicsRequest, service.delete_topics),
         ("/v1/partitions/create", CreatePartitionsRequest, service.create_partitions),
         ("/v1/leaders/elect", ElectLeadersRequest, service.elect_leaders),
+        (
+            "/v1/partitions/reassign",
+            AlterPartitionReassignmentsRequest,
+            service.alter_partition_reassignments,
+        ),
+        (
+            "/v1/partitions/reassignments",
+            ListPartitionReassignmentsRequest,
+            service.list_partition_reassignments,
+        ),
         ("/v1/configs", IncrementalAlterConfigsRequest, service.alter_configs),
         ("/v1/acls", CreateAclsRequest, service.create_acls),
         ("/v1/acls/delete", DeleteAclsRequest, service.delete_acls),

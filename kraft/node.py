@@ -32,6 +32,8 @@ from kraft.state_machine import AppendResult, AppendStatus
 from metadata_log.controller_api import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     AlterUserScramCredentialsRequest,
@@ -53,6 +55,8 @@ from metadata_log.controller_api import (
     ElectLeadersRequest,
     ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
     QuorumReplicaState,  # DescribeQuorum
     QuorumStatus,
 )
@@ -292,6 +296,18 @@ class ControllerNode:
         return await self._call(req)
 
     async def elect_leaders(self, req: ElectLeadersRequest) -> ElectLeadersResponse:
+        return await self._call(req)
+
+    async def alter_partition_reassignments(
+        self, req: AlterPartitionReassignmentsRequest
+    ) -> AlterPartitionReassignmentsResponse:
+        return await self._call(req)
+
+    async def list_partition_reassignments(
+        self, req: ListPartitionReassignmentsRequest
+    ) -> ListPartitionReassignmentsResponse:
+        # A read, but answered by the active controller (as Kafka's): its image is the
+        # newest committed one.
         return await self._call(req)
 
     async def alter_configs(self, req: IncrementalAlterConfigsRequest) -> None:

@@ -12,6 +12,8 @@ from typing import Protocol
 from metadata_log.controller_api import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     AlterUserScramCredentialsRequest,
@@ -33,6 +35,8 @@ from metadata_log.controller_api import (
     ElectLeadersRequest,
     ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
     QuorumStatus,
 )
 from metadata_log.image import MetadataImage
@@ -72,6 +76,12 @@ class ControllerService(Protocol):
     async def create_partitions(self, req: CreatePartitionsRequest) -> CreatePartitionsResponse: ...
     async def elect_leaders(self, req: ElectLeadersRequest) -> ElectLeadersResponse: ...
     async def alter_configs(self, req: IncrementalAlterConfigsRequest) -> None: ...
+    async def alter_partition_reassignments(
+        self, req: AlterPartitionReassignmentsRequest
+    ) -> AlterPartitionReassignmentsResponse: ...
+    async def list_partition_reassignments(
+        self, req: ListPartitionReassignmentsRequest
+    ) -> ListPartitionReassignmentsResponse: ...
     async def create_acls(self, req: CreateAclsRequest) -> CreateAclsResponse: ...
     async def delete_acls(self, req: DeleteAclsRequest) -> DeleteAclsResponse: ...
     async def alter_user_scram_credentials(

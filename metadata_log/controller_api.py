@@ -188,6 +188,44 @@ class ElectLeadersResponse(_Reply):
     results: list[PartitionResult]
 
 
+# -- partition reassignments (KIP-455) -------------------------------------------------------
+
+MAX_REASSIGNMENTS = 10_000  # partitions per request (Kafka's MAX_RECORDS_PER_USER_OP)
+
+
+class ReassignablePartition(_Body):
+    topic: Name
+    partition: PartitionId
+    # The target replicas, in preference order; None cancels the ongoing reassignment.
+    replicas: Annotated[list[NodeId], msgspec.Meta(max_length=1024)] | None
+
+
+class AlterPartitionReassignmentsRequest(_Body):
+    partitions: Annotated[list[ReassignablePartition], msgspec.Meta(max_length=MAX_REASSIGNMENTS)]
+
+
+class AlterPartitionReassignmentsResponse(_Reply):
+    results: list[PartitionResult]  # one per partition asked for, in the request's order
+
+
+class ListPartitionReassignmentsRequest(_Body):
+    partitions: (
+        Annotated[list[TopicPartition], msgspec.Meta(max_length=MAX_REASSIGNMENTS)] | None
+    ) = None  # None: every partition being reassigned
+
+
+class OngoingReassignment(_Reply):
+    topic: str
+    partition: int
+    replicas: list[int]
+    adding_replicas: list[int]
+    removing_replicas: list[int]
+
+
+class ListPartitionReassignmentsResponse(_Reply):
+    reassignments: list[OngoingReassignment]  # only partitions being reassigned
+
+
 class IncrementalAlterConfigsRequest(_Body):
     """One resource of IncrementalAlterConfigs (SET, DELETE, APPEND, SUBTRACT) or, with
     `replace`, of AlterConfigs (`set` becomes the resource's whole config)."""
@@ -341,6 +379,8 @@ class ClusterPartition(msgspec.Struct, frozen=True):
     leader_epoch: int
     partition_epoch: int
     offline: bool
+    removing_replicas: tuple[int, ...] = ()  # an ongoing reassignment (KIP-455)
+    adding_replicas: tuple[int, ...] = ()
 
 
 class ClusterTopic(msgspec.Struct, frozen=True):

@@ -141,16 +141,29 @@ class MetadataDelta:
                 r.topic_id,
                 r.partition,
                 PartitionRegistration(
-                    r.replicas, r.isr, r.leader, r.leader_epoch, r.partition_epoch
+                    r.replicas,
+                    r.isr,
+                    r.leader,
+                    r.leader_epoch,
+                    r.partition_epoch,
+                    r.removing_replicas,
+                    r.adding_replicas,
                 ),
             )
         elif isinstance(r, PartitionChangeRecord):
             old = self._partition(r.topic_id, r.partition)
-            replicas = old.replicas if r.replicas is None else r.replicas
             self._set_partition(
                 r.topic_id,
                 r.partition,
-                PartitionRegistration(replicas, r.isr, r.leader, r.leader_epoch, r.partition_epoch),
+                PartitionRegistration(
+                    old.replicas if r.replicas is None else r.replicas,
+                    r.isr,
+                    r.leader,
+                    r.leader_epoch,
+                    r.partition_epoch,
+                    old.removing_replicas if r.removing_replicas is None else r.removing_replicas,
+                    old.adding_replicas if r.adding_replicas is None else r.adding_replicas,
+                ),
             )
         elif isinstance(r, RemoveTopicRecord):
             topics = self._t()

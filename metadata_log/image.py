@@ -34,10 +34,27 @@ class PartitionRegistration(msgspec.Struct, frozen=True):
     leader: int
     leader_epoch: int
     partition_epoch: int
+    # An ongoing reassignment (KIP-455): replicas = target replicas + removing replicas.
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
 
     @property
     def is_offline(self) -> bool:
         return self.leader == NO_LEADER
+
+    @property
+    def is_reassigning(self) -> bool:
+        return bool(self.removing_replicas or self.adding_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """Where the partition is going: the replicas without the ones being removed."""
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        """Where it was before the reassignment: the replicas without the ones being added."""
+        return tuple(r for r in self.replicas if r not in self.adding_replicas)
 
 
 class ScramCredential(msgspec.Struct, frozen=True):

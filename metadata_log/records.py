@@ -76,6 +76,10 @@ class PartitionRecord(_Record, tag="partition"):
     leader: int
     leader_epoch: int = 0
     partition_epoch: int = 0
+    # An ongoing reassignment (KIP-455): replicas being added and removed. `replicas` is
+    # then the target replicas followed by the removing ones.
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
 
 
 class PartitionChangeRecord(_Record, tag="partition_change"):
@@ -90,6 +94,8 @@ class PartitionChangeRecord(_Record, tag="partition_change"):
     leader_epoch: int
     partition_epoch: int
     replicas: tuple[int, ...] | None = None  # None: unchanged
+    removing_replicas: tuple[int, ...] | None = None  # None: unchanged (KIP-455)
+    adding_replicas: tuple[int, ...] | None = None  # None: unchanged
 
 
 class RemoveTopicRecord(_Record, tag="remove_topic"):

@@ -68,6 +68,8 @@ def snapshot_records(image: MetadataImage) -> list[Record]:
                     reg.leader,
                     reg.leader_epoch,
                     reg.partition_epoch,
+                    reg.removing_replicas,
+                    reg.adding_replicas,
                 )
             )
     for (rtype, rname), values in sorted(image.configs.items()):

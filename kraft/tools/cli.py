@@ -23,6 +23,7 @@ from kraft.tools import (  # issue 14: elections, describing
     log_dirs_cli,
     metadata_cli,
     quorum_cli,
+    reassign_cli,
     records_cli,
 )
 
@@ -41,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     configs_cli.add_parser(sub)
     elect_cli.add_parser(sub)
     log_dirs_cli.add_parser(sub)
+    reassign_cli.add_parser(sub)
     quorum_cli.add_parser(sub)
     records_cli.add_parser(sub)
     # `dev` and `broker` parse their own options (see kraft/tools/dev.py, broker/main.py).
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         return acls_cli.run(args)
     if args.command in configs_cli.COMMANDS:
         return configs_cli.run(args)
-    for tool in (elect_cli, log_dirs_cli, quorum_cli, records_cli):
+    for tool in (elect_cli, log_dirs_cli, quorum_cli, reassign_cli, records_cli):
         if args.command in tool.COMMANDS:
             return tool.run(args)
     # The one command left: `controller`.

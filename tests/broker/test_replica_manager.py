@@ -25,9 +25,12 @@ from broker.producer_state import (
     increment_sequence,
 )
 from broker.replica_manager import ReplicaManager
+from broker.replication_quota import ReplicationQuota
 from metadata_log.records import (
+    BROKER_RESOURCE,
     ConfigRecord,
     PartitionChangeRecord,
+    Record,
     RemoveTopicRecord,
 )
 from storage.log import Log
@@ -361,3 +364,109 @@ async def test_topic_config_changes_reach_the_log(tmp_path: Path) -> None:
     assert (cfg.retention_ms, cfg.segment_bytes) == (777, 4096)
     await rm.on_metadata_update(*md.update(ConfigRecord(2, TOPIC, "retention.ms", "5")))
     assert rm.partition(TOPIC, 0).log.config.retention_ms == 5  # type: ignore[union-attr]
+
+
+# -- partition reassignment (KIP-455) ----------------------------------------------------------
+
+
+@run
+async def test_reassignment_adds_a_follower_and_the_removed_replica_deletes_its_log(
+    tmp_path: Path,
+) -> None:
+    md = Metadata()
+    rm1, rm2, rm3 = (manager(tmp_path, b) for b in (1, 2, 3))
+
+    async def update(*records: Record) -> None:
+        u = md.update(*records)
+        for rm in (rm1, rm2, rm3):
+            await rm.on_metadata_update(*u)
+
+    await update(*topic(replicas=(1, 2)))
+    await rm1.produce(TOPIC, 0, checked(batch(b"a")), 1, 1000)
+    rm1.fetch(fp(1), 2, 0)
+    old_dir = rm2.partition(TOPIC, 0).log.dir  # type: ignore[union-attr]
+    assert rm3.partition(TOPIC, 0) is None
+    # Moving from [1, 2] to [1, 3]: 3 is added and follows; 2 stays until completion.
+    await update(
+        PartitionChangeRecord(
+            TID, 0, (1, 2), 1, 0, 1, replicas=(1, 3, 2), removing_replicas=(2,),
+            adding_replicas=(3,),
+        )
+    )  # fmt: skip
+    h3 = rm3.partition(TOPIC, 0)
+    assert h3 is not None and not h3.core.is_leader and h3.log.dir.exists()
+    h1 = rm1.partition(TOPIC, 0)
+    assert h1 is not None and h1.core.replicas == (1, 3, 2)
+    # The leader counts the adding replica: once it caught up, it may join the ISR.
+    assert h1.core.maybe_expand_isr(3, 3) is None  # it has not fetched yet
+    rm1.fetch(fp(1), 3, 0)
+    proposal = h1.core.maybe_expand_isr(3, 3)
+    assert proposal is not None and proposal.new_isr == (1, 2, 3)
+    # Completion (the ISR grew): replicas [1, 3]; broker 2 deletes its copy.
+    await update(
+        PartitionChangeRecord(
+            TID, 0, (1, 3), 1, 1, 2, replicas=(1, 3), removing_replicas=(), adding_replicas=()
+        )
+    )
+    assert rm2.partition(TOPIC, 0) is None and not old_dir.exists()
+    assert rm3.partition(TOPIC, 0) is not None and h1.core.replicas == (1, 3)
+    assert rm1.fetch(fp(0, epoch=1), -1, 0).error_code == 0
+
+
+@run
+async def test_a_stray_replica_found_at_startup_is_deleted(tmp_path: Path) -> None:
+    md = Metadata()
+    rm3 = manager(tmp_path, 3)
+    await rm3.on_metadata_update(*md.update(*topic(replicas=(1, 3))))
+    stray_dir = rm3.partition(TOPIC, 0).log.dir  # type: ignore[union-attr]
+    rm3.shutdown()
+    # While broker 3 is down the partition moves to [1, 2] (3 never heard of it).
+    md.update(PartitionChangeRecord(TID, 0, (1, 2), 1, 1, 1, replicas=(1, 2)))
+    restarted = manager(tmp_path, 3)
+    assert stray_dir.exists() and (TOPIC, 0) in restarted.log_manager.logs
+    await restarted.on_metadata_update(*md.snapshot())
+    assert not stray_dir.exists() and (TOPIC, 0) not in restarted.log_manager.logs
+    assert restarted.partition(TOPIC, 0) is None
+
+
+def test_replication_quota_measures_a_rate_over_its_windows() -> None:
+    q = ReplicationQuota(1000, window_ms=1000, windows=3)
+    assert not q.is_exceeded(0)
+    q.record(1000, 0)
+    # Kafka's rule: at least windows - 1 whole windows have passed, so a burst after a
+    # quiet spell is spread over them.
+    assert q.rate(0) == 500 and not q.is_exceeded(0)
+    q.record(2000, 500)  # the same sample (window)
+    assert q.rate(500) == 1200 and q.is_exceeded(500)  # 3000 B over 0.5 s + 2 windows
+    assert q.is_exceeded(2900)  # 3000 B over 2.9 s
+    assert not q.is_exceeded(3000) and q.rate(3000) == 0  # the sample expired
+    assert not ReplicationQuota(None).is_exceeded(0)
+
+
+@run
+async def test_a_replica_being_added_fetches_throttled_at_the_dynamic_rate(
+    tmp_path: Path,
+) -> None:
+    md = Metadata()
+    rm3 = manager(tmp_path, 3, **{"follower.replication.throttled.rate": "5000"})
+    assert rm3.follower_quota.rate_bytes_per_s == 5000  # the static property
+    await rm3.on_metadata_update(*md.update(*topic(replicas=(1, 3))))
+    state = rm3.follower_fetch_state((TOPIC, 0))
+    assert state is not None and not state.throttled  # a settled replica is not
+    await rm3.on_metadata_update(
+        *md.update(
+            *topic(replicas=(1, 2), name="moving", topic_id=TID2),
+            PartitionChangeRecord(
+                TID2, 0, (1, 2), 1, 0, 1, replicas=(1, 3, 2), removing_replicas=(2,),
+                adding_replicas=(3,),
+            ),
+            ConfigRecord(BROKER_RESOURCE, "", "follower.replication.throttled.rate", "700"),
+        )
+    )  # fmt: skip
+    state = rm3.follower_fetch_state(("moving", 0))
+    assert state is not None and state.throttled
+    assert rm3.follower_quota.rate_bytes_per_s == 700  # the cluster-wide dynamic config
+    await rm3.on_metadata_update(
+        *md.update(ConfigRecord(BROKER_RESOURCE, "3", "follower.replication.throttled.rate", "9"))
+    )
+    assert rm3.follower_quota.rate_bytes_per_s == 9  # this broker's own wins

@@ -226,8 +226,9 @@ def test_only_the_super_user_manages_acls_and_users(cluster: Cluster) -> None:
 
 
 def test_operations_tools_take_the_command_config(cluster: Cluster) -> None:
-    """leader-election, log-dirs and metadata-quorum log in with --command-config; they
-    need ALTER/DESCRIBE on the cluster, which alice lacks and the super user has."""
+    """leader-election, log-dirs, metadata-quorum and reassign log in with
+    --command-config; they need ALTER/DESCRIBE on the cluster, which alice lacks and the
+    super user has."""
     create_topic(cluster, "ops-secure")
     elected = as_admin(cluster, "leader-election", "--election-type", "PREFERRED",
                        "--topic", "ops-secure", "--partition", "0")  # fmt: skip
@@ -239,10 +240,12 @@ def test_operations_tools_take_the_command_config(cluster: Cluster) -> None:
     quorum = ("metadata-quorum", "--command-config")
     status = ok(kraft(*quorum, str(cluster.admin_config), "describe", "--status"))
     assert "CurrentVoters:" in status
+    assert ok(as_admin(cluster, "reassign", "--list")) == "No partition reassignments found.\n"
     for proc in [
         as_alice(cluster, "leader-election", "--election-type", "PREFERRED",
                  "--all-topic-partitions"),  # fmt: skip
         as_alice(cluster, "log-dirs", "--describe"),
+        as_alice(cluster, "reassign", "--list"),
         kraft(*quorum, str(cluster.client_config), "describe", "--status"),
     ]:
         one_line_error(proc, "CLUSTER_AUTHORIZATION_FAILED")

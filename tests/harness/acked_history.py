@@ -30,6 +30,7 @@ class Workload:
     topic: str
     partitions: int
     rate_per_s: float = 200.0
+    producer_conf: dict[str, Any] = field(default_factory=dict)  # over the settings below
     sent: dict[str, tuple[int, float]] = field(default_factory=dict)  # value -> (p, time)
     acked: list[Ack] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (value, error)
@@ -78,6 +79,7 @@ class Workload:
                 "message.timeout.ms": 60000,
                 "topic.metadata.refresh.interval.ms": 2000,
                 "error_cb": on_error,
+                **self.producer_conf,
             }
         )
         try:

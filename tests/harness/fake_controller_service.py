@@ -99,6 +99,14 @@ WRITES: list[tuple[str, str, bytes, object, object]] = [
      b'{"deletions": [{"name": "a", "mechanism": 1}]}',
      api.AlterUserScramCredentialsRequest([api.ScramCredentialDeletion("a", 1)]),
      api.AlterUserScramCredentialsResponse([api.AlterUserScramCredentialsResult("a", 0)])),
+    ("/v1/partitions/reassign", "alter_partition_reassignments",
+     b'{"partitions": [{"topic": "t", "partition": 0, "replicas": [4, 5]}]}',
+     api.AlterPartitionReassignmentsRequest([api.ReassignablePartition("t", 0, [4, 5])]),
+     api.AlterPartitionReassignmentsResponse([api.PartitionResult("t", 0, 0)])),
+    ("/v1/partitions/reassignments", "list_partition_reassignments", b'{"partitions": null}',
+     api.ListPartitionReassignmentsRequest(None),
+     api.ListPartitionReassignmentsResponse(
+         [api.OngoingReassignment("t", 0, [4, 5, 1], [4, 5], [1])])),
 ]
 # fmt: on
 CANNED = {method: resp for _, method, _, _, resp in WRITES}
@@ -159,6 +167,12 @@ class FakeService:
 
     async def elect_leaders(self, req: Any) -> Any:
         return await self._write("elect_leaders", req)
+
+    async def alter_partition_reassignments(self, req: Any) -> Any:
+        return await self._write("alter_partition_reassignments", req)
+
+    async def list_partition_reassignments(self, req: Any) -> Any:
+        return await self._write("list_partition_reassignments", req)
 
     async def alter_configs(self, req: Any) -> None:
         return await self._write("alter_configs", req)

@@ -2,13 +2,16 @@
 broker registrations (new incarnations too), heartbeats (caught up or not, controlled
 shutdown), clock advances with ticks (session expiry), topic creates and deletes, new
 partitions, alter-partition requests (valid and stale in every field), leader elections,
-and controller failovers (a new active controller with fresh sessions; the old one's
-writes are fenced by its stale epoch).
+partition reassignments and their cancellation (KIP-455), and controller failovers (a
+new active controller with fresh sessions; the old one's writes are fenced by its stale
+epoch).
 
 After every step: leader in ISR; ISR a non-empty subset of replicas; no fenced broker
 in an ISR of size > 1; a leader is never fenced; leader and partition epochs never
 decrease; a partition without a leader has no usable ISR member left (it is reported
-offline), and replaying the records from any earlier snapshot equals the live image.
+offline); a reassigning partition's replicas are its target then the replicas being
+removed, the adding ones among the target; and replaying the records from any earlier
+snapshot equals the live image.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from kraft.controller import QuorumController
 from kraft.decision import ControllerConfig, Decision
 from kraft.state_machine import AppendStatus, MetadataStateMachine
 from metadata_log.controller_api import (
+    AlterPartitionReassignmentsRequest,
     AlterPartitionRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
@@ -34,6 +38,7 @@ from metadata_log.controller_api import (
     CreateTopicsRequest,
     DeleteTopicsRequest,
     ElectLeadersRequest,
+    ReassignablePartition,
 )
 from metadata_log.delta import replay
 from metadata_log.image import MetadataImage
@@ -274,12 +279,87 @@ class ControllerMachine(RuleBasedStateMachine):
         after = self.image.partition(topic_id, p)
         if resp.error_code == Errors.NONE:
             assert flaw == "none" and reg.leader == requester
-            assert set(after.isr) == set(new_isr)
+            if reg.is_reassigning and not after.is_reassigning:  # completed in the batch
+                assert set(after.isr) == set(new_isr) - set(reg.removing_replicas)
+                assert after.replicas == reg.target_replicas
+            else:
+                assert set(after.isr) == set(new_isr)
             assert all(self.image.is_usable(r) for r in added)
         else:
             assert after == reg, "a refused AlterPartition changed the partition"
             if flaw in ("none", "member_epoch") and reg.leader == requester and b is not None:
                 assert resp.error_code == Errors.INELIGIBLE_REPLICA
+
+    # -- reassignments ---------------------------------------------------------------------
+
+    @rule(data=st.data())
+    def reassign(self, data: st.DataObject) -> None:
+        parts = [
+            (t.name, p, reg) for t in self.image.topics.values() for p, reg in t.partitions.items()
+        ]
+        if not parts:
+            return
+        name, p, reg = data.draw(st.sampled_from(sorted(parts, key=lambda x: x[:2])))
+        usable = sorted(b for b in self.image.brokers if self.image.is_usable(b))
+        # Mostly usable brokers (a valid target), sometimes any (refused when not usable).
+        pool = st.sampled_from(usable) if usable and data.draw(st.booleans()) else BROKERS
+        target = data.draw(
+            st.none() | st.lists(pool, min_size=1, max_size=3, unique=True), label="target"
+        )
+        req = AlterPartitionReassignmentsRequest([ReassignablePartition(name, p, target)])
+        (result,) = self._run(self.controller.decide(self.image, req, self.now)).results
+        after = self.image.topic_by_name(name).partitions[p]
+        if result.error_code != Errors.NONE:
+            assert after == reg, "a refused reassignment changed the partition"
+            if target is None:
+                assert result.error_code in (
+                    Errors.NO_REASSIGNMENT_IN_PROGRESS,
+                    Errors.INVALID_REPLICA_ASSIGNMENT,  # reverting would be unclean
+                )
+                assert reg.is_reassigning or result.error_code == Errors.NO_REASSIGNMENT_IN_PROGRESS
+            else:
+                assert result.error_code == Errors.INVALID_REPLICA_ASSIGNMENT
+                assert any(not self.image.is_usable(r) for r in target)
+        elif target is None:
+            assert not after.is_reassigning and after.replicas == reg.original_replicas
+        else:
+            assert after.target_replicas == tuple(target)
+
+    @rule(data=st.data())
+    def catch_up(self, data: st.DataObject) -> None:
+        """The leader of a reassigning partition adds a caught-up replica to the ISR."""
+        img = self.image
+        cands = [
+            (t.topic_id, p, reg, r)
+            for t in img.topics.values()
+            for p, reg in t.partitions.items()
+            if reg.is_reassigning and reg.leader >= 0 and img.is_usable(reg.leader)
+            for r in reg.replicas
+            if r not in reg.isr and img.is_usable(r)
+        ]
+        if not cands:
+            return
+        topic_id, p, reg, r = data.draw(st.sampled_from(sorted(cands, key=lambda c: c[:2])))
+        epochs = [img.brokers[m].broker_epoch for m in (*reg.isr, r)]
+        req = AlterPartitionRequest(
+            reg.leader,
+            img.brokers[reg.leader].broker_epoch,
+            topic_id,
+            p,
+            reg.leader_epoch,
+            reg.partition_epoch,
+            [*reg.isr, r],
+            epochs,
+        )
+        resp = self._run(self.controller.decide(img, req, self.now))
+        assert resp.error_code == Errors.NONE, resp
+        after = self.image.partition(topic_id, p)
+        target = set(reg.target_replicas)
+        if target <= set(reg.isr) - set(reg.removing_replicas) | {r}:
+            assert not after.is_reassigning and after.replicas == reg.target_replicas, after
+            assert after.leader in target, after
+        else:
+            assert after.is_reassigning and r in after.isr
 
     @rule()
     def take_snapshot(self) -> None:
@@ -307,6 +387,11 @@ class ControllerMachine(RuleBasedStateMachine):
                 old = self.max_epochs.get(key, (-1, -1))
                 assert reg.leader_epoch >= old[0] and reg.partition_epoch >= old[1]
                 self.max_epochs[key] = (reg.leader_epoch, reg.partition_epoch)
+                if reg.is_reassigning:
+                    assert not set(reg.adding_replicas) & set(reg.removing_replicas), reg
+                    assert set(reg.removing_replicas) <= set(reg.replicas), reg
+                    assert set(reg.adding_replicas) <= set(reg.target_replicas), reg
+                    assert reg.replicas == reg.target_replicas + reg.removing_replicas, reg
         assert img.offline_partitions() == sum(
             1 for t in img.topics.values() for r in t.partitions.values() if r.leader == -1
         )

@@ -292,6 +292,8 @@ async def test_cluster_describes_brokers_topics_and_controller() -> None:
         "leader_epoch": 2,
         "partition_epoch": 5,
         "offline": False,
+        "removing_replicas": [],
+        "adding_replicas": [],
     }
     assert (p1["leader"], p1["offline"]) == (-1, True)
     assert doc["quorum"]["term"] == 3

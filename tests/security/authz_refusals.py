@@ -539,9 +539,26 @@ def _describe_producers(c: RawClient, v: int, t: Target) -> None:
     assert got == [(t.topic, [(TOPIC_DENIED, ()), (TOPIC_DENIED, ())])]
 
 
+# -- partition reassignments (KIP-455) ---------------------------------------------------------
+
+
+def _alter_partition_reassignments(c: RawClient, v: int, t: Target) -> None:
+    asked = [{"name": t.topic, "partitions": [{"partition_index": 0, "replicas": [t.broker_id]}]}]
+    resp = call(c, 45, v, {"topics": asked})
+    assert resp.error_code == CLUSTER_DENIED
+    assert [(r.name, codes([r])) for r in resp.responses] == [(t.topic, [CLUSTER_DENIED])]
+
+
+def _list_partition_reassignments(c: RawClient, v: int, t: Target) -> None:
+    resp = call(c, 46, v, {"topics": None})
+    assert resp.error_code == CLUSTER_DENIED and resp.topics == ()
+
+
 REFUSALS.update(
     {
         ApiKey.DELETE_RECORDS: _delete_records,
         ApiKey.DESCRIBE_PRODUCERS: _describe_producers,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: _alter_partition_reassignments,
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: _list_partition_reassignments,
     }
 )
