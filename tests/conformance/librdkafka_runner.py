@@ -1,0 +1,207 @@
+"""Run librdkafka's integration tests, one test number at a time, against a local cluster.
+
+    with ConformanceCluster(work_dir) as cluster:
+        cluster.write_test_conf(build.tests_dir / "test.conf")
+        outcome = run_number(build, "0001", log_dir, timeout_s=300)
+
+The cluster is `kraft dev`'s shape (3 controllers, 3 brokers, one process each) started
+through kraft/tools/local_cluster.py, with the broker settings of Kafka's shipped
+`config/server.properties` for development (no initial rebalance delay). The runner is
+librdkafka's own: quick mode (`-Q`), local-only (`-L`) and sockem (`-E`) tests filtered,
+one test at a time (`-p1`), TEST_KAFKA_VERSION telling it which broker features to expect.
+Its summary table gives each sub-test's state and, for a skip or a failure, the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kraft.tools.local_cluster import (
+    Cluster,
+    plan_cluster,
+    start_cluster,
+    stop_cluster,
+    write_configs,
+)
+from tests.conformance.librdkafka_build import Build
+
+# Our broker answers Kafka 4.0's protocol floor (KIP-896: Produce v3+, Fetch v4+, ...),
+# and not 4.2's share groups: 4.0.0 makes the suite skip what 4.0 removed and expect what
+# 4.0 has.
+KAFKA_VERSION = "4.0.0"
+RUNNER_FLAGS = ("-Q", "-L", "-E", "-p1")
+# Kafka's config/server.properties (the quickstart's) sets no initial rebalance delay;
+# the test suite's group tests assume it.
+BROKER_PROPS = {"group.initial.rebalance.delay.ms": "0"}
+# The Python broker is slower than Kafka's: the suite's own timeouts get this factor.
+TIMEOUT_MULTIPLIER = 2.0
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_ROW = re.compile(r"^\|\s*(\d{4}\S*)\s*\|\s*([A-Z ]+?)\s*\|\s*([\d.]+)s\s*\|\s*(.*?)\s*$")
+_TABLE_ENTRY = re.compile(r"_TEST\(\s*(\d{4})(\w*)\s*,\s*([^,)]*)")
+
+
+@dataclass(frozen=True)
+class SubResult:
+    name: str  # e.g. 0045_subscribe_update
+    state: str  # PASSED, FAILED, SKIPPED, ...
+    seconds: float
+    reason: str  # the failure or skip message, if any
+
+
+@dataclass
+class Outcome:
+    number: str
+    verdict: str  # PASSED, FAILED, SKIPPED (every sub-test skipped), TIMEOUT, CRASHED
+    seconds: float
+    results: list[SubResult] = field(default_factory=list)
+    log: Path | None = None
+    detail: str = ""
+
+    @property
+    def reasons(self) -> str:
+        picked = [r for r in self.results if r.state != "PASSED" and r.reason]
+        return "; ".join(f"{r.name}: {r.reason}" for r in picked) or self.detail
+
+
+def suite_tests(build: Build) -> dict[str, list[tuple[str, str]]]:
+    """Test number -> [(name, flags)] from the runner's table in test.c."""
+    text = build.test_c.read_text(errors="replace")
+    start = text.index("struct test tests[]")
+    table: dict[str, list[tuple[str, str]]] = {}
+    for number, rest, flags in _TABLE_ENTRY.findall(text[start:]):
+        table.setdefault(number, []).append((number + rest, flags.strip()))
+    return table
+
+
+def needs_broker(entries: list[tuple[str, str]]) -> bool:
+    """A number with any sub-test not flagged TEST_F_LOCAL talks to a real cluster."""
+    return any("TEST_F_LOCAL" not in flags for _, flags in entries)
+
+
+def parse_summary(output: str) -> list[SubResult]:
+    results = []
+    for line in _ANSI.sub("", output).splitlines():
+        m = _ROW.match(line)
+        if m:
+            name, state, secs, reason = m.groups()
+            results.append(SubResult(name, state.strip(), float(secs), reason))
+    return results
+
+
+def run_number(build: Build, number: str, log_dir: Path, timeout_s: float) -> Outcome:
+    """One test number (all its sub-tests) in its own runner process."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"{number}.log"
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": build.library_path,
+        "TEST_KAFKA_VERSION": KAFKA_VERSION,
+        "TESTS": number,
+    }
+    t0 = time.monotonic()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(build.runner), *RUNNER_FLAGS],
+            cwd=build.tests_dir, stdout=out, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            rc = proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # its own group: nothing outlives it
+            proc.wait()
+            rc = None
+    seconds = time.monotonic() - t0
+    results = parse_summary(log.read_text(errors="replace"))
+    outcome = Outcome(number, "", seconds, results, log)
+    failed = [r for r in results if r.state not in ("PASSED", "SKIPPED")]
+    if rc is None:
+        outcome.verdict, outcome.detail = "TIMEOUT", f"killed after {timeout_s:.0f}s"
+    elif failed or rc != 0:
+        outcome.verdict = "FAILED" if results else "CRASHED"
+        if not failed:
+            outcome.detail = f"runner exited {rc}" + ("" if results else " without a summary")
+    elif results and all(r.state == "SKIPPED" for r in results):
+        outcome.verdict = "SKIPPED"
+    elif not results:
+        outcome.verdict, outcome.detail = "SKIPPED", "no sub-test ran (filtered)"
+    else:
+        outcome.verdict = "PASSED"
+    return outcome
+
+
+class ConformanceCluster:
+    """3 controllers and 3 brokers on free ports under `work_dir`, for one run."""
+
+    def __init__(self, work_dir: Path, controllers: int = 3, brokers: int = 3) -> None:
+        self.work_dir = work_dir
+        self.shape = (controllers, brokers)
+        self.cluster: Cluster | None = None
+        self.restarts = 0
+
+    def __enter__(self) -> ConformanceCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, timeout_s: float = 90.0) -> None:
+        data = self.work_dir / f"cluster-{self.restarts}"
+        self.cluster = plan_cluster(data, *self.shape)
+        write_configs(self.cluster, broker_props=BROKER_PROPS)
+        try:
+            start_cluster(self.cluster, timeout_s)
+        except BaseException:
+            stop_cluster(self.cluster)
+            raise
+        self.cluster.write_json()
+
+    def stop(self) -> None:
+        if self.cluster is not None:
+            stop_cluster(self.cluster)
+            self.cluster = None
+
+    def dead_nodes(self) -> list[str]:
+        assert self.cluster is not None
+        return [
+            f"{n.role} {n.node_id} (log {n.log_path})"
+            for n in self.cluster.nodes
+            if n.proc is None or n.proc.poll() is not None
+        ]
+
+    def restart(self) -> None:
+        """A fresh cluster after a node died: the next tests must not inherit it."""
+        self.stop()
+        self.restarts += 1
+        self.start()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        assert self.cluster is not None
+        return self.cluster.bootstrap_servers
+
+    def write_test_conf(self, path: Path) -> None:
+        path.write_text(
+            "# Written by tests/conformance/run_librdkafka.py for a local kraft cluster.\n"
+            f"metadata.broker.list={self.bootstrap_servers}\n"
+            f"test.timeout.multiplier={TIMEOUT_MULTIPLIER}\n",
+            encoding="utf-8",
+        )
+
+
+def iter_numbers(spec: str) -> Iterator[str]:
+    """`0001,0002 0005` -> the 4-digit numbers, in order given."""
+    for part in re.split(r"[,\s]+", spec.strip()):
+        if part:
+            if not re.fullmatch(r"\d{1,4}", part):
+                raise ValueError(f"not a test number: {part!r} (e.g. 0001)")
+            yield part.zfill(4)
