@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.properties import read_properties
 from kraft.tools.local_cluster import (
     Cluster,
     plan_cluster,
@@ -37,14 +38,18 @@ from tests.conformance.librdkafka_build import Build
 # 4.0 has.
 KAFKA_VERSION = "4.0.0"
 RUNNER_FLAGS = ("-Q", "-L", "-E", "-p1")
-# Kafka's config/server.properties (the quickstart's) sets no initial rebalance delay;
-# the test suite's group tests assume it.
-BROKER_PROPS = {"group.initial.rebalance.delay.ms": "0"}
+# The suite's "default" scenario (tests/scenarios/default.json: auto-created topics get 4
+# partitions, RF 3) and what its cluster tool (trivup) gives each broker (a rack of its
+# own); no initial rebalance delay, as Kafka's development config/server.properties.
+SCENARIO_PROPS = {"num.partitions": "4", "default.replication.factor": "3"}
+BROKER_PROPS = {**SCENARIO_PROPS, "group.initial.rebalance.delay.ms": "0"}
 # The Python broker is slower than Kafka's: the suite's own timeouts get this factor.
 TIMEOUT_MULTIPLIER = 2.0
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _ROW = re.compile(r"^\|\s*(\d{4}\S*)\s*\|\s*([A-Z ]+?)\s*\|\s*([\d.]+)s\s*\|\s*(.*?)\s*$")
+# `### Test "0029_assign_offset" failed at test.c:2520:fn() at <date>: ###` + message line
+_FAILURE = re.compile(r'^### Test "([^"]+)" failed at (\S+) at [^#]*###\n(.*)$', re.M)
 _TABLE_ENTRY = re.compile(r"_TEST\(\s*(\d{4})(\w*)\s*,\s*([^,)]*)")
 
 
@@ -96,6 +101,15 @@ def parse_summary(output: str) -> list[SubResult]:
     return results
 
 
+def parse_failures(output: str) -> list[SubResult]:
+    """The runner's failure banners: on a failure it often aborts before its summary."""
+    return [
+        SubResult(name.split(" (")[0], "FAILED", 0.0, f"{where}: {message.strip()}")
+        for name, where, message in _FAILURE.findall(_ANSI.sub("", output))
+        if name != "<MAIN>"
+    ]
+
+
 def run_number(build: Build, number: str, log_dir: Path, timeout_s: float) -> Outcome:
     """One test number (all its sub-tests) in its own runner process."""
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -114,15 +128,21 @@ def run_number(build: Build, number: str, log_dir: Path, timeout_s: float) -> Ou
             start_new_session=True,
         )  # fmt: skip
         try:
-            rc = proc.wait(timeout_s)
+            rc: int | None = proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # its own group: nothing outlives it
-            proc.wait()
             rc = None
+        finally:  # a timeout, or Ctrl-C on us: its own group, so nothing outlives it
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
     seconds = time.monotonic() - t0
-    results = parse_summary(log.read_text(errors="replace"))
-    outcome = Outcome(number, "", seconds, results, log)
+    output = log.read_text(errors="replace")
+    results = parse_summary(output)
     failed = [r for r in results if r.state not in ("PASSED", "SKIPPED")]
+    if not failed:
+        failed = parse_failures(output)
+        results += failed
+    outcome = Outcome(number, "", seconds, results, log)
     if rc is None:
         outcome.verdict, outcome.detail = "TIMEOUT", f"killed after {timeout_s:.0f}s"
     elif failed or rc != 0:
@@ -157,7 +177,11 @@ class ConformanceCluster:
     def start(self, timeout_s: float = 90.0) -> None:
         data = self.work_dir / f"cluster-{self.restarts}"
         self.cluster = plan_cluster(data, *self.shape)
-        write_configs(self.cluster, broker_props=BROKER_PROPS)
+        write_configs(self.cluster, controller_props=SCENARIO_PROPS, broker_props=BROKER_PROPS)
+        for b in self.cluster.brokers:  # trivup's broker.rack=RACK<id>: a rack per broker
+            b.write_properties(
+                {**read_properties(b.properties_path), "broker.rack": f"RACK{b.node_id}"}
+            )
         try:
             start_cluster(self.cluster, timeout_s)
         except BaseException:

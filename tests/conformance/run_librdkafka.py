@@ -15,6 +15,7 @@ only if an allowlisted one does; --all prints which tests pass, to move onto the
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 import time
@@ -130,8 +131,14 @@ def summarize(outcomes: list[Outcome], wall_s: float, listed_only: bool) -> int:
     return 1 if bad else 0
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    # Unwinds like Ctrl-C: the with-blocks stop the runner and the cluster on the way out.
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     t0 = time.monotonic()
     try:
         build = ensure_built()
