@@ -72,21 +72,22 @@ class Build:
 
 
 def vendor_candidates() -> list[Path]:
-    env = os.environ.get("LIBRDKAFKA_VENDOR")
-    if env:
-        return [Path(env).expanduser().resolve()]
-    found = [ROOT.parent / "shared" / "vendor"]
+    """Where the tarball may be: LIBRDKAFKA_VENDOR (default ../shared/vendor), a relative
+    path taken from the repo root and, in a git worktree, from the main checkout's root."""
+    setting = Path(os.environ.get("LIBRDKAFKA_VENDOR") or "../shared/vendor").expanduser()
+    if setting.is_absolute():
+        return [setting]
+    roots = [ROOT]
     try:
         common = subprocess.run(
             ["git", "rev-parse", "--path-format=absolute", "--git-common-dir"],
             cwd=ROOT, capture_output=True, text=True, timeout=10, check=True,
         ).stdout.strip()  # fmt: skip
-        main_root = Path(common).parent
-        if main_root != ROOT:
-            found.append(main_root.parent / "shared" / "vendor")
+        if Path(common).parent != ROOT:
+            roots.append(Path(common).parent)
     except (OSError, subprocess.SubprocessError):
-        pass  # not a git checkout: only the path beside the root
-    return found
+        pass  # not a git checkout: only the repo root
+    return [(root / setting).resolve() for root in roots]
 
 
 def find_tarball() -> Path:

@@ -1,8 +1,8 @@
 """Run librdkafka's integration tests, one test number at a time, against a local cluster.
 
     with ConformanceCluster(work_dir) as cluster:
-        cluster.write_test_conf(build.tests_dir / "test.conf")
-        outcome = run_number(build, "0001", log_dir, timeout_s=300)
+        conf = cluster.write_test_conf()             # <work_dir>/test.conf
+        outcome = run_number(build, "0001", conf, log_dir, timeout_s=300)
 
 The cluster is `kraft dev`'s shape (3 controllers, 3 brokers, one process each) started
 through kraft/tools/local_cluster.py, with the broker settings of Kafka's shipped
@@ -110,8 +110,12 @@ def parse_failures(output: str) -> list[SubResult]:
     ]
 
 
-def run_number(build: Build, number: str, log_dir: Path, timeout_s: float) -> Outcome:
-    """One test number (all its sub-tests) in its own runner process."""
+def run_number(
+    build: Build, number: str, conf: Path, log_dir: Path, timeout_s: float
+) -> Outcome:
+    """One test number (all its sub-tests) in its own runner process, with the test.conf
+    `conf` (RDKAFKA_TEST_CONF: runs in parallel, e.g. make test and make conformance, each
+    keep their own)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"{number}.log"
     env = {
@@ -119,6 +123,7 @@ def run_number(build: Build, number: str, log_dir: Path, timeout_s: float) -> Ou
         "LD_LIBRARY_PATH": build.library_path,
         "TEST_KAFKA_VERSION": KAFKA_VERSION,
         "TESTS": number,
+        "RDKAFKA_TEST_CONF": str(conf),
     }
     t0 = time.monotonic()
     with open(log, "wb") as out:
@@ -175,6 +180,7 @@ class ConformanceCluster:
         self.stop()
 
     def start(self, timeout_s: float = 90.0) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
         data = self.work_dir / f"cluster-{self.restarts}"
         self.cluster = plan_cluster(data, *self.shape)
         write_configs(self.cluster, controller_props=SCENARIO_PROPS, broker_props=BROKER_PROPS)
@@ -213,13 +219,16 @@ class ConformanceCluster:
         assert self.cluster is not None
         return self.cluster.bootstrap_servers
 
-    def write_test_conf(self, path: Path) -> None:
+    def write_test_conf(self) -> Path:
+        """The runner's test.conf for this cluster, in the work dir."""
+        path = self.work_dir / "test.conf"
         path.write_text(
             "# Written by tests/conformance/run_librdkafka.py for a local kraft cluster.\n"
             f"metadata.broker.list={self.bootstrap_servers}\n"
             f"test.timeout.multiplier={TIMEOUT_MULTIPLIER}\n",
             encoding="utf-8",
         )
+        return path
 
 
 def iter_numbers(spec: str) -> Iterator[str]:

@@ -77,21 +77,21 @@ def run_all(numbers: list[str], build, log_dir: Path, timeout_s: float) -> list[
         tempfile.TemporaryDirectory(prefix="kraft-conformance-") as tmp,
         ConformanceCluster(Path(tmp)) as cluster,
     ):
-        cluster.write_test_conf(build.tests_dir / "test.conf")
+        conf = cluster.write_test_conf()
         print(
             f"conformance: cluster up at {cluster.bootstrap_servers}; {len(numbers)} tests, "
             f"TEST_KAFKA_VERSION={KAFKA_VERSION}, quick mode; logs in {log_dir}",
             flush=True,
         )
         for i, number in enumerate(numbers, 1):
-            outcome = run_number(build, number, log_dir, timeout_s)
+            outcome = run_number(build, number, conf, log_dir, timeout_s)
             dead = cluster.dead_nodes()
             if dead:
                 # The test may have passed, but a node died under it: a broker bug.
                 outcome.verdict = "FAILED"
                 outcome.detail = "cluster node died: " + ", ".join(dead)
                 cluster.restart()
-                cluster.write_test_conf(build.tests_dir / "test.conf")
+                conf = cluster.write_test_conf()
             outcomes.append(outcome)
             mark = "" if outcome.verdict == "PASSED" else f"  {outcome.reasons}"[:300]
             print(
