@@ -37,7 +37,9 @@ from tests.conformance.librdkafka_build import Build
 # and not 4.2's share groups: 4.0.0 makes the suite skip what 4.0 removed and expect what
 # 4.0 has.
 KAFKA_VERSION = "4.0.0"
-RUNNER_FLAGS = ("-Q", "-L", "-E", "-p1")
+# Quick mode runs only the sub-tests marked SUB_TEST_QUICK and with less data;
+# `quick=False` runs them all (much longer).
+RUNNER_FLAGS = ("-L", "-E", "-p1")
 # The suite's "default" scenario (tests/scenarios/default.json: auto-created topics get 4
 # partitions, RF 3) and what its cluster tool (trivup) gives each broker (a rack of its
 # own); no initial rebalance delay, as Kafka's development config/server.properties.
@@ -111,7 +113,7 @@ def parse_failures(output: str) -> list[SubResult]:
 
 
 def run_number(
-    build: Build, number: str, conf: Path, log_dir: Path, timeout_s: float
+    build: Build, number: str, conf: Path, log_dir: Path, timeout_s: float, quick: bool = True
 ) -> Outcome:
     """One test number (all its sub-tests) in its own runner process, with the test.conf
     `conf` (RDKAFKA_TEST_CONF: runs in parallel, e.g. make test and make conformance, each
@@ -128,7 +130,7 @@ def run_number(
     t0 = time.monotonic()
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [str(build.runner), *RUNNER_FLAGS],
+            [str(build.runner), *(["-Q"] if quick else []), *RUNNER_FLAGS],
             cwd=build.tests_dir, stdout=out, stderr=subprocess.STDOUT, env=env,
             start_new_session=True,
         )  # fmt: skip

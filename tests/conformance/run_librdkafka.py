@@ -23,7 +23,7 @@ from pathlib import Path
 
 from kraft.tools.launcher import LauncherError
 from tests.conformance.allowlist import ALLOWLIST, NOT_LISTED, RANGE, check_complete
-from tests.conformance.librdkafka_build import CACHE, BuildError, ensure_built
+from tests.conformance.librdkafka_build import CACHE, Build, BuildError, ensure_built
 from tests.conformance.librdkafka_runner import (
     KAFKA_VERSION,
     ConformanceCluster,
@@ -53,6 +53,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"seconds one test number may take before it is killed ({DEFAULT_TIMEOUT_S:.0f})",
     )  # fmt: skip
     p.add_argument(
+        "--no-quick", dest="quick", action="store_false",
+        help="run every sub-test, not only quick mode's (-Q); takes much longer",
+    )  # fmt: skip
+    p.add_argument(
         "--log-dir", type=Path, default=CACHE / "conformance-logs",
         help="where each test's runner output goes (default .cache/conformance-logs)",
     )  # fmt: skip
@@ -71,7 +75,9 @@ def pick_tests(args: argparse.Namespace, table: dict[str, list[tuple[str, str]]]
     return sorted(ALLOWLIST)
 
 
-def run_all(numbers: list[str], build, log_dir: Path, timeout_s: float) -> list[Outcome]:
+def run_all(
+    numbers: list[str], build: Build, log_dir: Path, timeout_s: float, quick: bool
+) -> list[Outcome]:
     outcomes: list[Outcome] = []
     with (
         tempfile.TemporaryDirectory(prefix="kraft-conformance-") as tmp,
@@ -80,11 +86,12 @@ def run_all(numbers: list[str], build, log_dir: Path, timeout_s: float) -> list[
         conf = cluster.write_test_conf()
         print(
             f"conformance: cluster up at {cluster.bootstrap_servers}; {len(numbers)} tests, "
-            f"TEST_KAFKA_VERSION={KAFKA_VERSION}, quick mode; logs in {log_dir}",
+            f"TEST_KAFKA_VERSION={KAFKA_VERSION}, {'quick' if quick else 'full'} mode; "
+            f"logs in {log_dir}",
             flush=True,
         )
         for i, number in enumerate(numbers, 1):
-            outcome = run_number(build, number, conf, log_dir, timeout_s)
+            outcome = run_number(build, number, conf, log_dir, timeout_s, quick)
             dead = cluster.dead_nodes()
             if dead:
                 # The test may have passed, but a node died under it: a broker bug.
@@ -163,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         if n in NOT_LISTED and not args.all:
             print(f"conformance: note: {n} is not on the allowlist: {NOT_LISTED[n]}")
     try:
-        outcomes = run_all(numbers, build, args.log_dir, args.timeout)
+        outcomes = run_all(numbers, build, args.log_dir, args.timeout, args.quick)
     except LauncherError as exc:
         print(f"conformance: the cluster did not start: {exc}", file=sys.stderr)
         return 2
