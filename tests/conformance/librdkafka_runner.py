@@ -1,7 +1,7 @@
 """Run librdkafka's integration tests, one test number at a time, against a local cluster.
 
     with ConformanceCluster(work_dir) as cluster:
-        conf = cluster.write_test_conf()             # <work_dir>/test.conf
+        conf = cluster.write_test_conf()             # <work_dir>/test-default.conf
         outcome = run_number(build, "0001", conf, log_dir, timeout_s=300)
 
 The cluster is `kraft dev`'s shape (3 controllers, 3 brokers, one process each) started
@@ -32,6 +32,7 @@ from kraft.tools.local_cluster import (
     write_configs,
 )
 from tests.conformance.librdkafka_build import Build
+from tests.conformance.librdkafka_suite import DEFAULT_SCENARIO, SCENARIO_PROPS
 
 # Our broker answers Kafka 4.0's protocol floor (KIP-896: Produce v3+, Fetch v4+, ...),
 # and not 4.2's share groups: 4.0.0 makes the suite skip what 4.0 removed and expect what
@@ -40,11 +41,10 @@ KAFKA_VERSION = "4.0.0"
 # Quick mode runs only the sub-tests marked SUB_TEST_QUICK and with less data;
 # `quick=False` runs them all (much longer).
 RUNNER_FLAGS = ("-L", "-E", "-p1")
-# The suite's "default" scenario (tests/scenarios/default.json: auto-created topics get 4
-# partitions, RF 3) and what its cluster tool (trivup) gives each broker (a rack of its
-# own); no initial rebalance delay, as Kafka's development config/server.properties.
-SCENARIO_PROPS = {"num.partitions": "4", "default.replication.factor": "3"}
-BROKER_PROPS = {**SCENARIO_PROPS, "group.initial.rebalance.delay.ms": "0"}
+# Beside the scenario's settings: no initial rebalance delay, as Kafka's development
+# config/server.properties; each broker gets a rack of its own as the suite's cluster tool
+# (trivup) gives them (broker.rack=RACK<id>).
+BROKER_PROPS = {"group.initial.rebalance.delay.ms": "0"}
 # The Python broker is slower than Kafka's: the suite's own timeouts get this factor.
 TIMEOUT_MULTIPLIER = 2.0
 
@@ -52,7 +52,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _ROW = re.compile(r"^\|\s*(\d{4}\S*)\s*\|\s*([A-Z ]+?)\s*\|\s*([\d.]+)s\s*\|\s*(.*?)\s*$")
 # `### Test "0029_assign_offset" failed at test.c:2520:fn() at <date>: ###` + message line
 _FAILURE = re.compile(r'^### Test "([^"]+)" failed at (\S+) at [^#]*###\n(.*)$', re.M)
-_TABLE_ENTRY = re.compile(r"_TEST\(\s*(\d{4})(\w*)\s*,\s*([^,)]*)")
 
 
 @dataclass(frozen=True)
@@ -78,19 +77,19 @@ class Outcome:
         return "; ".join(f"{r.name}: {r.reason}" for r in picked) or self.detail
 
 
-def suite_tests(build: Build) -> dict[str, list[tuple[str, str]]]:
-    """Test number -> [(name, flags)] from the runner's table in test.c."""
-    text = build.test_c.read_text(errors="replace")
-    start = text.index("struct test tests[]")
-    table: dict[str, list[tuple[str, str]]] = {}
-    for number, rest, flags in _TABLE_ENTRY.findall(text[start:]):
-        table.setdefault(number, []).append((number + rest, flags.strip()))
-    return table
-
-
-def needs_broker(entries: list[tuple[str, str]]) -> bool:
-    """A number with any sub-test not flagged TEST_F_LOCAL talks to a real cluster."""
-    return any("TEST_F_LOCAL" not in flags for _, flags in entries)
+def merge_outcomes(a: Outcome, b: Outcome) -> Outcome:
+    """One number's outcomes in two scenarios: a failure in either fails it, a pass in
+    either (and no failure) passes it."""
+    rank = {"PASSED": 1, "SKIPPED": 0}
+    worst = a if rank.get(a.verdict, 2) >= rank.get(b.verdict, 2) else b
+    return Outcome(
+        a.number,
+        worst.verdict,
+        a.seconds + b.seconds,
+        a.results + b.results,
+        worst.log,
+        "; ".join(d for d in (a.detail, b.detail) if d),
+    )
 
 
 def parse_summary(output: str) -> list[SubResult]:
@@ -113,13 +112,20 @@ def parse_failures(output: str) -> list[SubResult]:
 
 
 def run_number(
-    build: Build, number: str, conf: Path, log_dir: Path, timeout_s: float, quick: bool = True
+    build: Build,
+    number: str,
+    conf: Path,
+    log_dir: Path,
+    timeout_s: float,
+    quick: bool = True,
+    scenario: str = DEFAULT_SCENARIO,
 ) -> Outcome:
     """One test number (all its sub-tests) in its own runner process, with the test.conf
     `conf` (RDKAFKA_TEST_CONF: runs in parallel, e.g. make test and make conformance, each
     keep their own)."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    log = log_dir / f"{number}.log"
+    suffix = "" if scenario == DEFAULT_SCENARIO else f"-{scenario}"
+    log = log_dir / f"{number}{suffix}.log"
     env = {
         **os.environ,
         "LD_LIBRARY_PATH": build.library_path,
@@ -130,7 +136,7 @@ def run_number(
     t0 = time.monotonic()
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [str(build.runner), *(["-Q"] if quick else []), *RUNNER_FLAGS],
+            [str(build.runner), *(["-Q"] if quick else []), *RUNNER_FLAGS, "-s", scenario],
             cwd=build.tests_dir, stdout=out, stderr=subprocess.STDOUT, env=env,
             start_new_session=True,
         )  # fmt: skip
@@ -166,10 +172,18 @@ def run_number(
 
 
 class ConformanceCluster:
-    """3 controllers and 3 brokers on free ports under `work_dir`, for one run."""
+    """3 controllers and 3 brokers on free ports under `work_dir`, set up as one of the
+    suite's scenarios, for one run."""
 
-    def __init__(self, work_dir: Path, controllers: int = 3, brokers: int = 3) -> None:
+    def __init__(
+        self,
+        work_dir: Path,
+        scenario: str = DEFAULT_SCENARIO,
+        controllers: int = 3,
+        brokers: int = 3,
+    ) -> None:
         self.work_dir = work_dir
+        self.scenario = scenario
         self.shape = (controllers, brokers)
         self.cluster: Cluster | None = None
         self.restarts = 0
@@ -183,9 +197,10 @@ class ConformanceCluster:
 
     def start(self, timeout_s: float = 90.0) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        data = self.work_dir / f"cluster-{self.restarts}"
+        data = self.work_dir / f"cluster-{self.scenario}-{self.restarts}"
         self.cluster = plan_cluster(data, *self.shape)
-        write_configs(self.cluster, controller_props=SCENARIO_PROPS, broker_props=BROKER_PROPS)
+        props = SCENARIO_PROPS[self.scenario]
+        write_configs(self.cluster, controller_props=props, broker_props={**props, **BROKER_PROPS})
         for b in self.cluster.brokers:  # trivup's broker.rack=RACK<id>: a rack per broker
             b.write_properties(
                 {**read_properties(b.properties_path), "broker.rack": f"RACK{b.node_id}"}
@@ -223,7 +238,7 @@ class ConformanceCluster:
 
     def write_test_conf(self) -> Path:
         """The runner's test.conf for this cluster, in the work dir."""
-        path = self.work_dir / "test.conf"
+        path = self.work_dir / f"test-{self.scenario}.conf"
         path.write_text(
             "# Written by tests/conformance/run_librdkafka.py for a local kraft cluster.\n"
             f"metadata.broker.list={self.bootstrap_servers}\n"

@@ -29,10 +29,10 @@ from tests.conformance.librdkafka_runner import (
     ConformanceCluster,
     Outcome,
     iter_numbers,
-    needs_broker,
+    merge_outcomes,
     run_number,
-    suite_tests,
 )
+from tests.conformance.librdkafka_suite import Table, needs_broker, scenarios_of, suite_tests
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -63,7 +63,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def pick_tests(args: argparse.Namespace, table: dict[str, list[tuple[str, str]]]) -> list[str]:
+def pick_tests(args: argparse.Namespace, table: Table) -> list[str]:
     if args.tests:
         picked = list(iter_numbers(args.tests))
         unknown = [n for n in picked if n not in table]
@@ -76,36 +76,54 @@ def pick_tests(args: argparse.Namespace, table: dict[str, list[tuple[str, str]]]
 
 
 def run_all(
-    numbers: list[str], build: Build, log_dir: Path, timeout_s: float, quick: bool
+    numbers: list[str], table: Table, build: Build, log_dir: Path, timeout_s: float, quick: bool
 ) -> list[Outcome]:
-    outcomes: list[Outcome] = []
-    with (
-        tempfile.TemporaryDirectory(prefix="kraft-conformance-") as tmp,
-        ConformanceCluster(Path(tmp)) as cluster,
-    ):
-        conf = cluster.write_test_conf()
-        print(
-            f"conformance: cluster up at {cluster.bootstrap_servers}; {len(numbers)} tests, "
-            f"TEST_KAFKA_VERSION={KAFKA_VERSION}, {'quick' if quick else 'full'} mode; "
-            f"logs in {log_dir}",
-            flush=True,
-        )
-        for i, number in enumerate(numbers, 1):
-            outcome = run_number(build, number, conf, log_dir, timeout_s, quick)
-            dead = cluster.dead_nodes()
-            if dead:
-                # The test may have passed, but a node died under it: a broker bug.
-                outcome.verdict = "FAILED"
-                outcome.detail = "cluster node died: " + ", ".join(dead)
-                cluster.restart()
-                conf = cluster.write_test_conf()
-            outcomes.append(outcome)
-            mark = "" if outcome.verdict == "PASSED" else f"  {outcome.reasons}"[:300]
-            print(
-                f"[{i}/{len(numbers)}] {number} {outcome.verdict} ({outcome.seconds:.1f}s){mark}",
-                flush=True,
-            )
-    return outcomes
+    """Each scenario's tests on a cluster set up for it (most need only "default")."""
+    phases: dict[str, list[str]] = {}
+    for number in numbers:
+        for scenario in scenarios_of(table[number]) or ["default"]:
+            phases.setdefault(scenario, []).append(number)
+    merged: dict[str, Outcome] = {}
+    with tempfile.TemporaryDirectory(prefix="kraft-conformance-") as tmp:
+        for scenario, phase in phases.items():
+            with ConformanceCluster(Path(tmp), scenario) as cluster:
+                print(
+                    f"conformance: scenario {scenario}: cluster up at "
+                    f"{cluster.bootstrap_servers}; {len(phase)} tests, TEST_KAFKA_VERSION="
+                    f"{KAFKA_VERSION}, {'quick' if quick else 'full'} mode; logs in {log_dir}",
+                    flush=True,
+                )
+                for i, number in enumerate(phase, 1):
+                    outcome = _run_one(cluster, build, number, log_dir, timeout_s, quick)
+                    mark = "" if outcome.verdict == "PASSED" else f"  {outcome.reasons}"[:300]
+                    print(
+                        f"[{i}/{len(phase)}] {number} {outcome.verdict} "
+                        f"({outcome.seconds:.1f}s){mark}",
+                        flush=True,
+                    )
+                    before = merged.get(number)
+                    merged[number] = merge_outcomes(before, outcome) if before else outcome
+    return [merged[n] for n in numbers]
+
+
+def _run_one(
+    cluster: ConformanceCluster,
+    build: Build,
+    number: str,
+    log_dir: Path,
+    timeout_s: float,
+    quick: bool,
+) -> Outcome:
+    conf = cluster.write_test_conf()
+    outcome = run_number(build, number, conf, log_dir, timeout_s, quick, cluster.scenario)
+    dead = cluster.dead_nodes()
+    if dead:
+        # The test may have passed, but a node died under it: a broker bug. The next
+        # tests get a fresh cluster.
+        outcome.verdict = "FAILED"
+        outcome.detail = "cluster node died: " + ", ".join(dead)
+        cluster.restart()
+    return outcome
 
 
 def summarize(outcomes: list[Outcome], wall_s: float, listed_only: bool) -> int:
@@ -170,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         if n in NOT_LISTED and not args.all:
             print(f"conformance: note: {n} is not on the allowlist: {NOT_LISTED[n]}")
     try:
-        outcomes = run_all(numbers, build, args.log_dir, args.timeout, args.quick)
+        outcomes = run_all(numbers, table, build, args.log_dir, args.timeout, args.quick)
     except LauncherError as exc:
         print(f"conformance: the cluster did not start: {exc}", file=sys.stderr)
         return 2
