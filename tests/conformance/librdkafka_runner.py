@@ -44,7 +44,14 @@ RUNNER_FLAGS = ("-L", "-E", "-p1")
 # Beside the scenario's settings: no initial rebalance delay, as Kafka's development
 # config/server.properties; each broker gets a rack of its own as the suite's cluster tool
 # (trivup) gives them (broker.rack=RACK<id>).
-BROKER_PROPS = {"group.initial.rebalance.delay.ms": "0"}
+# The authorizer is on so that the ACL admin API answers (0081 creates, describes and
+# deletes ACLs); the plaintext listener's principal, User:ANONYMOUS, is a super user, so
+# no test is refused anything.
+BROKER_PROPS = {
+    "group.initial.rebalance.delay.ms": "0",
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:ANONYMOUS",
+}
 # The Python broker is slower than Kafka's: the suite's own timeouts get this factor.
 TIMEOUT_MULTIPLIER = 2.0
 
