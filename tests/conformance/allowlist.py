@@ -28,12 +28,15 @@ ALLOWLIST: frozenset[str] = frozenset(
         """
         0001 0002 0003 0005 0007 0008 0012 0013 0014 0015 0016 0017 0018 0019 0020 0021 0022
         0026 0029 0030 0031 0033 0034 0035 0036 0038 0039 0040 0041 0042 0044 0045 0048 0050
-        0051 0053 0054 0055 0056 0057 0059 0060 0061 0063 0064 0065 0067 0069 0070 0073 0083
-        0084 0085 0086 0089 0090 0091 0093 0099 0101 0102 0107 0110 0111 0112 0113 0114 0118
-        0122 0123 0125 0127 0130 0132 0137 0139 0140 0150
+        0051 0053 0054 0055 0056 0057 0059 0060 0061 0063 0064 0065 0067 0069 0070 0073 0082
+        0083 0084 0085 0086 0089 0090 0091 0093 0099 0101 0102 0107 0110 0111 0112 0113 0114
+        0118 0122 0123 0125 0127 0130 0132 0137 0139 0140 0150
         """
     )
 )
+
+# Tests that skip themselves in quick mode (-Q): run in full mode, seconds anyway.
+FULL_MODE: frozenset[str] = frozenset({"0082"})
 
 _LOCAL = "local: runs without a broker (mock cluster or client-only), says nothing of ours"
 
@@ -48,13 +51,13 @@ NOT_LISTED: dict[str, str] = {
             """
         )
     },
-    # Transactions: no transaction coordinator yet (AddPartitionsToTxn, EndTxn, ...).
+    # Transactions (issue 15): no transaction coordinator yet (AddPartitionsToTxn, EndTxn).
     "0098": "transactions: consumes transactional producers' output (read_committed); "
     "consumes 0 of 9 messages",
     "0103": "transactions: the transactional producer API",
     "0129": "transactions: fetches around aborted transactions",
     "0177": "transactions: share consumer with transactions (also share groups)",
-    # SSL/SASL set-ups the runner expects of its own (trivup) cluster.
+    # SSL/SASL set-ups the runner expects of its own (trivup) cluster (issue 13 built ours).
     "0097": "ssl/sasl: needs an SSL listener with the suite's certificates",
     "0126": "ssl/sasl: SASL/OAUTHBEARER with an OIDC token endpoint",
     "0135": "ssl/sasl: SASL credentials",
@@ -81,7 +84,6 @@ NOT_LISTED: dict[str, str] = {
     # The runner itself skips these here.
     "0028": "known issue upstream (TEST_F_KNOWN_ISSUE): the runner filters it out",
     "0047": "known issue upstream (TEST_F_KNOWN_ISSUE): the runner filters it out",
-    "0082": "quick mode: the test skips itself under -Q",
     "0092": "kafka 4.0: the test skips itself (MsgVersion 1 was removed in Kafka 4.0)",
     # Features other helpers of issue 14 are building now.
     "0011": "pending: IncrementalAlterConfigs (helper configs): sets cleanup.policy=compact "

@@ -22,7 +22,13 @@ import time
 from pathlib import Path
 
 from kraft.tools.launcher import LauncherError
-from tests.conformance.allowlist import ALLOWLIST, NOT_LISTED, RANGE, check_complete
+from tests.conformance.allowlist import (
+    ALLOWLIST,
+    FULL_MODE,
+    NOT_LISTED,
+    RANGE,
+    check_complete,
+)
 from tests.conformance.librdkafka_build import CACHE, Build, BuildError, ensure_built
 from tests.conformance.librdkafka_runner import (
     KAFKA_VERSION,
@@ -115,6 +121,8 @@ def _run_one(
     quick: bool,
 ) -> Outcome:
     conf = cluster.write_test_conf()
+    # A test that skips itself in quick mode runs in full (it is quick anyway).
+    quick = quick and number not in FULL_MODE
     outcome = run_number(build, number, conf, log_dir, timeout_s, quick, cluster.scenario)
     dead = cluster.dead_nodes()
     if dead:
