@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conformance.allowlist import ALLOWLIST
+from tests.conformance.allowlist import ALLOWLIST, check_complete
 from tests.conformance.librdkafka_build import BuildError, VendorMissing, ensure_built
 from tests.conformance.librdkafka_runner import ConformanceCluster, run_number
+from tests.conformance.librdkafka_suite import suite_tests
 
 # Quick in quick mode (seconds each) and spread over what clients lean on.
 SUBSET = (
@@ -40,6 +41,8 @@ def test_librdkafka_subset(tmp_path: Path) -> None:
         pytest.skip(f"librdkafka's tarball is not vendored here: {exc}")
     except BuildError as exc:
         pytest.fail(f"cannot build librdkafka's test runner: {exc}", pytrace=False)
+    # Every test number of the built suite is listed or has its reason.
+    assert not check_complete(suite_tests(build)), check_complete(suite_tests(build))
     failures = []
     with ConformanceCluster(tmp_path / "cluster") as cluster:
         conf = cluster.write_test_conf()
