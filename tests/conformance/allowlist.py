@@ -5,9 +5,12 @@ ALLOWLIST and NOT_LISTED; run_librdkafka.py refuses to run when one is missing.
 
 Reasons start with a category: `local` (needs no broker), `transactions`, `ssl/sasl`,
 `kafka tools` (drives Kafka's shell scripts, KAFKA_PATH), `sockem` (socket emulation,
-filtered by -E), `share groups`, `pending: <feature>` (another helper is building it;
-move the test onto the list after that lands), `broker bug` (with the cause),
-`flaky`/`slow` where that is the reason.
+filtered by -E), `share groups`, `known issue` and `kafka 4.0` (the runner or the test
+skips itself), `pending: <feature>` (another helper is building it; move the test onto
+the list after that lands, and check with `--tests NNNN`).
+
+Measured on 2 shared cores: the 79 listed tests pass in about 8.5 minutes of wall time
+(`make conformance`, two clusters: default and noautocreate); `--all` takes about 11.
 """
 
 from __future__ import annotations
