@@ -5,8 +5,8 @@
         outcome = run_number(build, "0001", conf, log_dir, timeout_s=300)
 
 The cluster is `kraft dev`'s shape (3 controllers, 3 brokers, one process each) started
-through kraft/tools/local_cluster.py, with the broker settings of Kafka's shipped
-`config/server.properties` for development (no initial rebalance delay). The runner is
+through kraft/tools/local_cluster.py, set up as the suite's scenario asks (see
+tests/conformance/librdkafka_suite.py) and its cluster tool would. The runner is
 librdkafka's own: quick mode (`-Q`), local-only (`-L`) and sockem (`-E`) tests filtered,
 one test at a time (`-p1`), TEST_KAFKA_VERSION telling it which broker features to expect.
 Its summary table gives each sub-test's state and, for a skip or a failure, the reason.
@@ -41,14 +41,13 @@ KAFKA_VERSION = "4.0.0"
 # Quick mode runs only the sub-tests marked SUB_TEST_QUICK and with less data;
 # `quick=False` runs them all (much longer).
 RUNNER_FLAGS = ("-L", "-E", "-p1")
-# Beside the scenario's settings: no initial rebalance delay, as Kafka's development
-# config/server.properties; each broker gets a rack of its own as the suite's cluster tool
-# (trivup) gives them (broker.rack=RACK<id>).
-# The authorizer is on so that the ACL admin API answers (0081 creates, describes and
-# deletes ACLs); the plaintext listener's principal, User:ANONYMOUS, is a super user, so
-# no test is refused anything.
+# Beside the scenario's settings: the authorizer on, so that the ACL admin API answers
+# (0081 creates, describes and deletes ACLs), with the plaintext listener's principal,
+# User:ANONYMOUS, a super user so that no test is refused anything; each broker in a rack
+# of its own as the suite's cluster tool (trivup) sets them up (broker.rack=RACK<id>).
+# group.initial.rebalance.delay.ms keeps Kafka's default (3 s): the group tests expect
+# members that join together to land in one generation (0113).
 BROKER_PROPS = {
-    "group.initial.rebalance.delay.ms": "0",
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
     "super.users": "User:ANONYMOUS",
 }
