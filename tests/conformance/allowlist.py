@@ -38,8 +38,9 @@ ALLOWLIST: frozenset[str] = frozenset(
     )
 )
 
-# Tests that skip themselves in quick mode (-Q): run in full mode, seconds anyway.
-FULL_MODE: frozenset[str] = frozenset({"0082"})
+# Run in full mode: 0082 skips itself in quick mode (-Q) and takes seconds anyway; 0102's
+# static-membership test (KIP-345) is not a quick one (about a minute).
+FULL_MODE: frozenset[str] = frozenset({"0082", "0102"})
 
 _LOCAL = "local: runs without a broker (mock cluster or client-only), says nothing of ours"
 
