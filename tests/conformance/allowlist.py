@@ -9,8 +9,8 @@ filtered by -E), `share groups`, `known issue` and `kafka 4.0` (the runner or th
 skips itself), `pending: <feature>` (another helper is building it; move the test onto
 the list after that lands, and check with `--tests NNNN`).
 
-Measured on 2 shared cores: the 79 listed tests pass in about 8.5 minutes of wall time
-(`make conformance`, two clusters: default and noautocreate); `--all` takes about 11.
+Measured on 2 shared cores: the 79 listed tests pass in about 11 minutes of wall time
+(`make conformance`, two clusters: default and noautocreate); `--all` a little more.
 """
 
 from __future__ import annotations
