@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test test-long run bench lint clean
+.PHONY: venv test test-long run bench lint clean conformance
 
 $(STAMP): pyproject.toml setup.py spark_jobs/_record_walk.c
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -27,6 +27,15 @@ test: $(STAMP)
 # The long property runs (thousands of examples); not part of `make test`.
 test-long: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# librdkafka's own integration tests (quick mode) against a local 3+3 cluster: builds
+# librdkafka from $(LIBRDKAFKA_VENDOR)/librdkafka-2.15.0.tar.gz (a relative path is taken
+# from the repo root) into .cache/ once, runs tests/conformance/allowlist.py's tests.
+# CONFORMANCE_ARGS: e.g. --all (every test, prints which pass), --tests 0001,0012.
+LIBRDKAFKA_VENDOR ?= ../shared/vendor
+CONFORMANCE_ARGS ?=
+conformance: $(STAMP)
+	LIBRDKAFKA_VENDOR=$(LIBRDKAFKA_VENDOR) $(PY) -m tests.conformance.run_librdkafka $(CONFORMANCE_ARGS)
 
 run: $(STAMP)
 	$(VENV)/bin/kraft dev --data-dir ./data

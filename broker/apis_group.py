@@ -121,6 +121,7 @@ async def handle_join_group(apis: BrokerApis, header: RequestHeader, body: Any) 
         body.protocol_type,
         [(p.name, bytes(p.metadata)) for p in body.protocols],
         require_known_member_id=v >= 4,
+        supports_skip_assignment=v >= 9,
     )
     core = apis.groups.core
     r: gm.JoinResult = await apis.groups.call(lambda t, now: core.join(t, req, now))

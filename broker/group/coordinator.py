@@ -165,26 +165,44 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
             self._add_member(g, token, req, member_id, now_ms, out)
             return
         # A static member restarted (KIP-345): the new id replaces the old one, which
-        # is fenced from now on; in a Stable group with unchanged protocols nobody else
-        # notices (no rebalance) unless it led.
+        # is fenced from now on, and takes the protocols it joined with. In a Stable group
+        # nobody else notices (no rebalance) unless the group's protocol would change:
+        # Kafka compares the selected protocol, not the metadata, which a restarted client
+        # always changes (librdkafka's carries its generation and owned partitions).
         self._fail_waiting(old, Errors.FENCED_INSTANCE_ID, out)
         del g.members[old.member_id]
         new = replace(old, member_id=member_id, join_token=None, sync_token=None)
         new.last_heartbeat_ms = now_ms
         g.members[member_id] = new
         g.static_members[instance] = member_id
+        old_leader = g.leader_id
         if g.leader_id == old.member_id:
             g.leader_id = member_id
-        unchanged = old.same_protocols(req.protocol_type, req.protocols)
-        if g.state == STABLE and unchanged and g.leader_id != member_id:
-            out.append(self._store_group(g, lambda code, _now: []))
-            out.append(Reply(token, self._join_result(g, new, with_members=False)))
-            return
+        if g.state == STABLE:
+            new.protocols = list(req.protocols)
+            new.rebalance_timeout_ms = req.rebalance_timeout_ms
+            new.session_timeout_ms = req.session_timeout_ms
+            if g.select_protocol() == g.protocol_name:
+                out.append(self._store_group(g, lambda code, _now: []))
+                out.append(Reply(token, self._static_rejoin_result(g, new, old_leader, req)))
+                return
         self._update_member(g, new, token, req, out)
         if g.state in (STABLE, COMPLETING, EMPTY):
             self._prepare_rebalance(g, now_ms, out)
         else:
             self._maybe_complete_join(g, now_ms, out)
+
+    def _static_rejoin_result(
+        self, g: Group[T], new: Member[T], old_leader: str | None, req: m.JoinRequest
+    ) -> m.JoinResult:
+        """The current generation for a restarted static member. A leader that can skip
+        the assignment (v9+) gets the members and is told to skip it; an older one is
+        named follower (the old leader id), as Kafka does, so it does not assign."""
+        if g.leader_id != new.member_id:
+            return self._join_result(g, new, with_members=False)
+        if req.supports_skip_assignment:
+            return replace(self._join_result(g, new, with_members=True), skip_assignment=True)
+        return replace(self._join_result(g, new, with_members=False), leader=old_leader or "")
 
     def _join_known(
         self, g: Group[T], token: T, req: m.JoinRequest, now_ms: int, out: list[Out[T]]

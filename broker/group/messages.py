@@ -41,6 +41,8 @@ class JoinRequest:
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     require_known_member_id: bool  # JoinGroup v4+ (KIP-394)
+    # JoinGroup v9+ (KIP-814): a leader can be told to skip the assignment.
+    supports_skip_assignment: bool = False
 
 
 @dataclass(frozen=True, slots=True)

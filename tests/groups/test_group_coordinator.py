@@ -291,3 +291,52 @@ def test_a_generation_is_stored_before_it_is_handed_out_and_reloads_as_a_rebalan
     assert g.state == GroupState.PREPARING_REBALANCE and g.generation_id == 1
     assert h.heartbeat(G, a, 1) == Errors.REBALANCE_IN_PROGRESS
     assert result(h, h.join(G, member_id=a)).generation_id == 2
+
+
+def test_static_member_restart_with_new_subscription_bytes_keeps_the_group_stable() -> None:
+    # librdkafka's subscription carries its generation and owned partitions, so a restarted
+    # static member's metadata differs from the old one's: Kafka (KIP-345) rebalances only
+    # when the group's selected protocol would change, and keeps the new metadata.
+    h = Harness()
+    _, a = h.join_until_member(G, instance="i1")
+    tb = h.join(G, instance="i2")
+    h.join(G, member_id=a, instance="i1")
+    jb = result(h, tb)
+    gen, b = jb.generation_id, jb.member_id
+    h.sync(G, b, gen, instance="i2")
+    h.sync(G, a, gen, [(a, b"A"), (b, b"B")], instance="i1")
+    fresh = [("range", b"restarted, generation -1"), ("roundrobin", b"")]
+    j = result(h, h.join(G, instance="i2", protocols=fresh))
+    assert j.error_code == Errors.NONE and j.generation_id == gen and j.member_id != b
+    group = h.core.groups[G]
+    assert group.state == GroupState.STABLE
+    assert group.members[j.member_id].protocols == fresh
+    s = h.sync(G, j.member_id, gen, instance="i2")
+    assert h.answers[s] == m.SyncResult(Errors.NONE, "consumer", "range", b"B")
+    assert h.heartbeat(G, a, gen, instance="i1") == Errors.NONE  # the other is undisturbed
+
+
+def test_static_leader_restart_keeps_the_group_stable_and_does_not_reassign() -> None:
+    h = Harness()
+    _, a = h.join_until_member(G, instance="i1")  # the first member leads
+    tb = h.join(G, instance="i2")
+    h.join(G, member_id=a, instance="i1")
+    jb = result(h, tb)
+    gen, b = jb.generation_id, jb.member_id
+    assert jb.leader == a
+    h.sync(G, b, gen, instance="i2")
+    h.sync(G, a, gen, [(a, b"A"), (b, b"B")], instance="i1")
+    # JoinGroup v9+: the new leader gets the members and is told to skip the assignment.
+    j = result(h, h.join(G, instance="i1", v9=True))
+    assert j.error_code == Errors.NONE and j.generation_id == gen
+    assert j.leader == j.member_id and j.skip_assignment
+    assert sorted(x[0] for x in j.members) == sorted([j.member_id, b])
+    assert h.core.groups[G].state == GroupState.STABLE
+    s = h.sync(G, j.member_id, gen, instance="i1")
+    assert h.answers[s] == m.SyncResult(Errors.NONE, "consumer", "range", b"A")
+    # Older versions: named a follower (the previous leader id), no members.
+    prev = j.member_id
+    k = result(h, h.join(G, instance="i1"))
+    assert k.leader == prev and k.members == () and not k.skip_assignment
+    assert h.core.groups[G].state == GroupState.STABLE
+    assert h.heartbeat(G, b, gen, instance="i2") == Errors.NONE

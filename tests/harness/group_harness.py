@@ -68,6 +68,7 @@ class Harness:
         session_ms: int = 10_000,
         rebalance_ms: int = 30_000,
         v4: bool = True,
+        v9: bool = False,
     ) -> str:
         t = self.token("join")
         req = m.JoinRequest(
@@ -81,6 +82,7 @@ class Harness:
             "consumer",
             PROTOCOL if protocols is None else protocols,
             v4,
+            v9,
         )
         self.run(self.core.join(t, req, self.now))
         return t
