@@ -1,6 +1,7 @@
 """Configs: DescribeConfigs (API 32, v1-4), AlterConfigs (API 33, v0-2: a resource's whole
 config replaced) and IncrementalAlterConfigs (API 44, v0-1: SET, DELETE, APPEND,
-SUBTRACT) for TOPIC and BROKER resources, the cluster default broker (name "") included.
+SUBTRACT) for TOPIC, BROKER and GROUP (KIP-848's group configs) resources, the cluster
+default broker (name "") included. A GROUP resource needs no existing group.
 
 As Kafka: the broker checks what it can alone (duplicates, null values, the broker id,
 which broker configs may change live: ConfigAdminManager.preprocess), then forwards each
@@ -9,8 +10,9 @@ config records (kraft/configuration_control.py); every broker applies them from 
 metadata log (broker/dynamic_config.py). `validate_only` checks without writing.
 
 Authorization (Kafka's ControllerApis/AuthHelper): ALTER_CONFIGS (to alter) or
-DESCRIBE_CONFIGS (to describe) on the topic, or on the CLUSTER for brokers; a refusal is
-TOPIC_AUTHORIZATION_FAILED or CLUSTER_AUTHORIZATION_FAILED for that resource only.
+DESCRIBE_CONFIGS (to describe) on the topic or group, or on the CLUSTER for brokers; a
+refusal is TOPIC_, GROUP_ or CLUSTER_AUTHORIZATION_FAILED for that resource only. Kafka's
+controller (ControllerApis.authorizeAlterResource) takes GROUP in legacy AlterConfigs too.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from broker.apis_common import ApiHandler, BrokerApis, Response, answer
 from broker.codec import RequestHeader
 from broker.config import DEFAULTS
-from broker.config_describe import describe_broker, describe_topic
+from broker.config_describe import describe_broker, describe_group, describe_topic
 from broker.dynamic_config import ConfigLayers
 from common.acl import CLUSTER_NAME, AclOperation, ResourceType
 from common.api_keys import ApiKey
@@ -34,7 +36,7 @@ from common.errors import Errors
 from common.topics import is_valid_name
 from metadata_log.controller_api import IncrementalAlterConfigsRequest
 
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, GROUP = 2, 4, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 # Resource type -> what Kafka authorizes it against, and the refusal.
@@ -42,7 +44,7 @@ _AUTHORIZED_AS: dict[int, tuple[ResourceType, int]] = {
     TOPIC: (ResourceType.TOPIC, Errors.TOPIC_AUTHORIZATION_FAILED),
     BROKER: (ResourceType.CLUSTER, Errors.CLUSTER_AUTHORIZATION_FAILED),
     8: (ResourceType.CLUSTER, Errors.CLUSTER_AUTHORIZATION_FAILED),  # broker loggers
-    32: (ResourceType.GROUP, Errors.GROUP_AUTHORIZATION_FAILED),
+    GROUP: (ResourceType.GROUP, Errors.GROUP_AUTHORIZATION_FAILED),
 }
 
 
@@ -178,7 +180,7 @@ async def _alter(apis: BrokerApis, header: RequestHeader, body: Any, incremental
             )
             if refused is not None:
                 raise _Refused(refused, None)
-            if res.resource_type not in (TOPIC, BROKER):
+            if res.resource_type not in (TOPIC, BROKER, GROUP):
                 raise _Refused(Errors.INVALID_REQUEST, f"Unknown resource type {res.resource_type}")
             if (
                 res.resource_type == TOPIC
@@ -263,6 +265,11 @@ def _describe_one(apis: BrokerApis, res: Any) -> list[Any]:
                 f"but received {name}",
             )
         return describe_broker(layers, per_broker=True)
+    if res.resource_type == GROUP:
+        if not res.resource_name:
+            raise _Refused(Errors.INVALID_REQUEST, "Group name must not be empty")
+        overrides = apis.image().configs.get((GROUP, res.resource_name), {})
+        return describe_group(overrides, layers.merged())
     raise _Refused(Errors.INVALID_REQUEST, f"Unsupported resource type: {res.resource_type}")
 
 

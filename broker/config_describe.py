@@ -1,4 +1,4 @@
-"""What DescribeConfigs says of a topic or a broker, as Kafka's ConfigHelper: every config
+"""What DescribeConfigs says of a topic, a broker or a group, as Kafka's ConfigHelper: every config
 with its value, source, read-only and sensitive flags, its synonyms (in Kafka's order:
 dynamic broker, dynamic default, static, default; each over the names Kafka treats as
 one config, e.g. `log.retention.ms`, `.minutes`, `.hours`), its type and documentation.
@@ -16,6 +16,7 @@ from broker.config import DEFAULTS, is_sensitive
 from broker.dynamic_config import ConfigLayers
 from common.broker_config_defs import DYNAMIC_BROKER_CONFIG_KEYS
 from common.config_def import INT_MAX, LONG_MAX, ConfigType
+from common.group_config_defs import GROUP_CONFIG_KEYS, group_config_defaults
 from common.topic_config_defs import SERVER_SYNONYMS, TOPIC_CONFIG_KEYS, effective_topic_value
 
 # DescribeConfigs config_source values (Kafka's ConfigSource).
@@ -24,6 +25,7 @@ DYNAMIC_BROKER_CONFIG = 2
 DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
+DYNAMIC_GROUP_CONFIG = 8  # ConfigSource.GROUP_CONFIG
 
 # Kafka's defaults of broker configs (its staticDefaultConfigs): ours, the dynamic ones,
 # and the synonyms whose defaults decide a topic default (log.retention.hours=168).
@@ -177,3 +179,27 @@ def _guess_type(name: str, value: str, sensitive: bool) -> ConfigType:
     if "," in value:
         return ConfigType.LIST
     return ConfigType.STRING
+
+
+def describe_group(overrides: Mapping[str, str], broker: Mapping[str, str]) -> list[ConfigEntry]:
+    """Every group config (ConfigHelper.createGroupConfigEntry): the group's override
+    (DYNAMIC_GROUP_CONFIG) or the coordinator's default (DEFAULT_CONFIG), its only synonym
+    itself. Stored and shown, not applied: our groups are classic-protocol only."""
+    defaults = group_config_defaults(broker)
+    out = []
+    for name, key in sorted(GROUP_CONFIG_KEYS.items()):
+        source = DYNAMIC_GROUP_CONFIG if name in overrides else DEFAULT_CONFIG
+        value = overrides.get(name, defaults[name])
+        out.append(
+            ConfigEntry(
+                name,
+                value,
+                source,
+                False,
+                False,
+                (Synonym(name, value, source),),
+                int(key.type),
+                key.doc,
+            )
+        )
+    return out

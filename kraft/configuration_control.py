@@ -1,6 +1,7 @@
-"""The configuration control manager (Kafka's ConfigurationControlManager): topic and
-broker config records, their validation, and the config-derived settings other managers
-read (unclean leader election). Sans-I/O: an image and a request in; records out.
+"""The configuration control manager (Kafka's ConfigurationControlManager): topic, broker
+and group (KIP-848's GroupConfig, resource type 32) config records, their validation, and
+the config-derived settings other managers read (unclean leader election). Sans-I/O: an
+image and a request in; records out.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Mapping
 from common.broker_config_defs import config_key, invalid_dynamic_broker_config
 from common.config_def import ConfigType, split_list
 from common.errors import Errors
+from common.group_config_defs import GROUP_CONFIG_KEYS, GROUP_RESOURCE, invalid_group_config
 from common.topic_config_defs import TOPIC_CONFIG_KEYS, invalid_topic_config
 from kraft.decision import ControllerConfig, Decision
 from kraft.service import ControllerApiError
@@ -84,12 +86,24 @@ class ConfigurationControlManager:
                     Errors.UNKNOWN_TOPIC_OR_PARTITION,
                     "This server does not host this topic-partition.",
                 )
+        elif req.resource_type == GROUP_RESOURCE:
+            # ControllerConfigurationValidator.validateGroupName; the group need not exist.
+            if not req.resource_name:
+                raise ControllerApiError(
+                    Errors.INVALID_REQUEST, "Default group resources are not allowed."
+                )
         else:
             _check_broker_name(req.resource_name)
         new = _apply(req, current)
         changed = {k: v for k, v in new.items() if current.get(k) != v}
         if req.resource_type == TOPIC_RESOURCE:
             why = self.validate_new_topic_configs(new)
+            if why is not None:
+                raise ControllerApiError(Errors.INVALID_CONFIG, why)
+        elif req.resource_type == GROUP_RESOURCE:
+            # Bounded by Kafka's default coordinator settings: the controller has no
+            # group.consumer.* settings of its own.
+            why = invalid_group_config(new)
             if why is not None:
                 raise ControllerApiError(Errors.INVALID_CONFIG, why)
         else:
@@ -132,7 +146,11 @@ def _apply(req: IncrementalAlterConfigsRequest, current: Mapping[str, str]) -> d
     for name, items, adding in [(n, v, True) for n, v in req.append.items()] + [
         (n, v, False) for n, v in req.subtract.items()
     ]:
-        key = config_key(req.resource_type, name)
+        key = (
+            GROUP_CONFIG_KEYS.get(name)
+            if req.resource_type == GROUP_RESOURCE
+            else config_key(req.resource_type, name)
+        )
         if key is None or key.type != ConfigType.LIST:
             op = "APPEND" if adding else "SUBTRACT"
             raise ControllerApiError(

@@ -230,7 +230,7 @@ class IncrementalAlterConfigsRequest(_Body):
     """One resource of IncrementalAlterConfigs (SET, DELETE, APPEND, SUBTRACT) or, with
     `replace`, of AlterConfigs (`set` becomes the resource's whole config)."""
 
-    resource_type: Literal[2, 4]  # 2 topic, 4 broker (Kafka's ConfigResource types)
+    resource_type: Literal[2, 4, 32]  # 2 topic, 4 broker, 32 group (ConfigResource types)
     resource_name: Annotated[str, msgspec.Meta(max_length=249)]  # broker: id, "" = default
     set: dict[str, str] = msgspec.field(default_factory=dict)
     delete: list[str] = msgspec.field(default_factory=list)

@@ -103,8 +103,8 @@ class RemoveTopicRecord(_Record, tag="remove_topic"):
 
 
 class ConfigRecord(_Record, tag="config"):
-    resource_type: int  # TOPIC_RESOURCE or BROKER_RESOURCE
-    resource_name: str  # topic name, or broker id as text ("" = cluster default)
+    resource_type: int  # TOPIC_RESOURCE, BROKER_RESOURCE or 32 (group)
+    resource_name: str  # topic or group name, or broker id as text ("" = cluster default)
     name: str
     value: str | None  # None deletes the override
 
