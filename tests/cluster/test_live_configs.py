@@ -189,6 +189,34 @@ def test_incremental_alter_describe_and_refusals(cluster: ProcCluster) -> None:
     assert topic_value(cluster, "cfg", "min.insync.replicas") == "1"
 
 
+def test_group_configs_of_a_group_that_need_not_exist(cluster: ProcCluster) -> None:
+    """KIP-848 group configs (ConfigResource type 32): stored and described for any group
+    name, checked against Kafka's bounds; not applied (our groups are classic)."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import ConfigSource, ResourceType
+
+    G = ResourceType.GROUP
+    incremental(cluster, G, "cfg-group", ("SET", "consumer.session.timeout.ms", "50000"))
+    got = described(cluster, G, "cfg-group", consumer_session_timeout_ms="50000")
+    assert got["consumer.session.timeout.ms"].source == ConfigSource.GROUP_CONFIG.value
+    heartbeat = got["consumer.heartbeat.interval.ms"]
+    assert (heartbeat.value, heartbeat.source) == ("5000", ConfigSource.DEFAULT_CONFIG.value)
+    assert got["share.auto.offset.reset"].value == "latest"
+    for key, value, why in (
+        ("consumer.session.timeout.ms", "70000", "must be less than or equal to "
+         "group.consumer.max.session.timeout.ms"),
+        ("consumer.heartbeat.interval.ms", "1", "must be greater than or equal to "
+         "group.consumer.min.heartbeat.interval.ms"),
+        ("session.timeout.ms", "50000", "Unknown group config name: session.timeout.ms"),
+    ):  # fmt: skip
+        err = refusal(lambda k=key, v=value: incremental(cluster, G, "cfg-group", ("SET", k, v)))
+        assert err.code() == KafkaError.INVALID_CONFIG, (key, err)
+        assert why in err.str(), err.str()
+    incremental(cluster, G, "cfg-group", ("DELETE", "consumer.session.timeout.ms", None))
+    got = described(cluster, G, "cfg-group", consumer_session_timeout_ms="45000")
+    assert got["consumer.session.timeout.ms"].is_default
+
+
 @pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")
 def test_validate_only_and_alter_configs_replace(cluster: ProcCluster) -> None:
     from confluent_kafka.admin import ConfigResource, ResourceType

@@ -176,12 +176,14 @@ def _describe_configs(c: RawClient, v: int, t: Target) -> None:
     resources = [
         {"resource_type": 2, "resource_name": t.topic, "configuration_keys": None},
         {"resource_type": 4, "resource_name": str(t.broker_id), "configuration_keys": None},
+        {"resource_type": 32, "resource_name": t.group, "configuration_keys": None},
     ]
     data = {"resources": resources, "include_synonyms": False, "include_documentation": False}
     resp = call(c, 32, v, data)
     assert [(x.error_code, x.configs) for x in resp.results] == [
         (TOPIC_DENIED, ()),
         (CLUSTER_DENIED, ()),
+        (GROUP_DENIED, ()),
     ]
 
 
@@ -396,11 +398,14 @@ def _alter_configs(c: RawClient, v: int, t: Target) -> None:
          "configs": [{"name": "retention.ms", "value": "1"}]},
         {"resource_type": 4, "resource_name": str(t.broker_id),
          "configs": [{"name": "log.cleaner.backoff.ms", "value": "1000"}]},
+        {"resource_type": 32, "resource_name": t.group,
+         "configs": [{"name": "consumer.session.timeout.ms", "value": "50000"}]},
     ]  # fmt: skip
     resp = call(c, 33, v, {"resources": resources, "validate_only": False})
     assert [(r.resource_name, r.error_code) for r in resp.responses] == [
         (t.topic, TOPIC_DENIED),
         (str(t.broker_id), CLUSTER_DENIED),
+        (t.group, GROUP_DENIED),
     ]
 
 
@@ -411,11 +416,14 @@ def _incremental_alter_configs(c: RawClient, v: int, t: Target) -> None:
     resources = [
         {"resource_type": 2, "resource_name": t.topic, "configs": [op("retention.ms", "1")]},
         {"resource_type": 4, "resource_name": "", "configs": [op("min.insync.replicas", "3")]},
-    ]
+        {"resource_type": 32, "resource_name": t.group,
+         "configs": [op("consumer.session.timeout.ms", "50000")]},
+    ]  # fmt: skip
     resp = call(c, 44, v, {"resources": resources, "validate_only": False})
     assert [(r.resource_name, r.error_code) for r in resp.responses] == [
         (t.topic, TOPIC_DENIED),
         ("", CLUSTER_DENIED),
+        (t.group, GROUP_DENIED),
     ]
 
 
