@@ -7,8 +7,8 @@
 The cluster is `kraft dev`'s shape (3 controllers, 3 brokers, one process each) started
 through kraft/tools/local_cluster.py, set up as the suite's scenario asks (see
 tests/conformance/librdkafka_suite.py) and its cluster tool would. The runner is
-librdkafka's own: quick mode (`-Q`), local-only (`-L`) and sockem (`-E`) tests filtered,
-one test at a time (`-p1`), TEST_KAFKA_VERSION telling it which broker features to expect.
+librdkafka's own: quick mode (`-Q`), local-only tests filtered (`-L`; the sockem tests
+run: their socket emulation is the client's), one test at a time (`-p1`), TEST_KAFKA_VERSION telling it which broker features to expect.
 Its summary table gives each sub-test's state and, for a skip or a failure, the reason.
 """
 
@@ -40,7 +40,7 @@ from tests.conformance.librdkafka_suite import DEFAULT_SCENARIO, SCENARIO_PROPS
 KAFKA_VERSION = "4.0.0"
 # Quick mode runs only the sub-tests marked SUB_TEST_QUICK and with less data;
 # `quick=False` runs them all (much longer).
-RUNNER_FLAGS = ("-L", "-E", "-p1")
+RUNNER_FLAGS = ("-L", "-p1")
 # Beside the scenario's settings: the authorizer on, so that the ACL admin API answers
 # (0081 creates, describes and deletes ACLs), with the plaintext listener's principal,
 # User:ANONYMOUS, a super user so that no test is refused anything; each broker in a rack
