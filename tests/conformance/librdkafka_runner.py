@@ -8,7 +8,8 @@ The cluster is `kraft dev`'s shape (3 controllers, 3 brokers, one process each) 
 through kraft/tools/local_cluster.py, set up as the suite's scenario asks (see
 tests/conformance/librdkafka_suite.py) and its cluster tool would. The runner is
 librdkafka's own: quick mode (`-Q`), local-only tests filtered (`-L`; the sockem tests
-run: their socket emulation is the client's), one test at a time (`-p1`), TEST_KAFKA_VERSION telling it which broker features to expect.
+run: their socket emulation is the client's), one test at a time (`-p1`),
+TEST_KAFKA_VERSION telling it which broker features to expect.
 Its summary table gives each sub-test's state and, for a skip or a failure, the reason.
 """
 
