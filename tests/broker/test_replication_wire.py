@@ -125,3 +125,40 @@ async def test_a_diverged_follower_truncates_to_the_leader(tmp_path: Path) -> No
         )
     finally:
         await close()
+
+
+@run
+async def test_a_new_leader_answers_a_retried_idempotent_batch_with_its_original_offset(
+    tmp_path: Path,
+) -> None:
+    """An idempotent batch written on the old leader and replicated, whose ack the producer
+    never saw, is retried on the new leader: the follower built its producer state from
+    the replicated batches, so the retry (the last batch, or an older one of the last
+    five) is answered with the original offsets and nothing is appended twice."""
+    b1, b2, md, close = await _two_brokers(tmp_path)
+    try:
+        await _apply(md, b1, b2, records=topic(replicas=(1, 2)))
+        sent = [batch(b"a%d" % i, b"b%d" % i, pid=7, epoch=0, seq=2 * i) for i in range(3)]
+        for i, records in enumerate(sent):
+            r = await asyncio.wait_for(
+                b1.replica_manager.produce(TOPIC, 0, checked(records), -1, 10_000), 10
+            )
+            assert (r.error_code, r.base_offset) == (0, 2 * i)
+        f = b2.replica_manager.partition(TOPIC, 0)
+        await eventually(lambda: f.log.log_end_offset == 6, 10, "broker 2 to replicate")
+        await _apply(md, b1, b2, records=[PartitionChangeRecord(TID, 0, (1, 2), 2, 1, 1)])
+        for i in (2, 1):  # the last batch, then an older one
+            r = await asyncio.wait_for(
+                b2.replica_manager.produce(TOPIC, 0, checked(sent[i]), -1, 10_000), 10
+            )
+            assert (r.error_code, r.base_offset) == (0, 2 * i)
+        assert f.log.log_end_offset == 6
+        r = await asyncio.wait_for(
+            b2.replica_manager.produce(
+                TOPIC, 0, checked(batch(b"c", pid=7, epoch=0, seq=6)), -1, 10_000
+            ),
+            10,
+        )
+        assert (r.error_code, r.base_offset) == (0, 6)
+    finally:
+        await close()
