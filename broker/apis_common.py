@@ -117,6 +117,18 @@ def error_code_of(exc: BaseException, default: int = Errors.UNKNOWN_SERVER_ERROR
     return code if isinstance(code, int) else default
 
 
+def by_topic(
+    rows: Iterable[tuple[str, dict[str, Any]]], topic_key: str, partitions_key: str
+) -> list[dict[str, Any]]:
+    """Per-partition answers (topic, partition entry) nested under their topics in
+    first-seen order: the shape of every per-partition response, whose field names
+    differ by API (e.g. "topic"/"partition_result" for ElectLeaders)."""
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for topic, entry in rows:
+        topics.setdefault(topic, []).append(entry)
+    return [{topic_key: t, partitions_key: ps} for t, ps in topics.items()]
+
+
 def answer(api_key: ApiKey, header: RequestHeader, body: dict[str, Any]) -> Response:
     """Encode `body` (plain data) as the response to `header`'s request version."""
     return encode_response(api_key, header.api_version, header.correlation_id, body)

@@ -14,10 +14,9 @@ error, v2 is flexible).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
-from broker.apis_common import ApiHandler, BrokerApis, Response, answer
+from broker.apis_common import ApiHandler, BrokerApis, Response, answer, by_topic
 from broker.codec import RequestHeader
 from common.acl import CLUSTER_NAME, AclOperation, ResourceType
 from common.api_keys import ApiKey
@@ -37,20 +36,17 @@ def _asked(body: Any) -> list[tuple[str, int]] | None:
 def _response(
     header: RequestHeader, code: int, results: list[tuple[str, int, int, str | None]]
 ) -> Response:
-    by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for topic, partition, error, message in results:
-        by_topic[topic].append(
-            {"partition_id": partition, "error_code": error, "error_message": message}
-        )
+    rows = [
+        (topic, {"partition_id": partition, "error_code": error, "error_message": message})
+        for topic, partition, error, message in results
+    ]
     return answer(
         ApiKey.ELECT_LEADERS,
         header,
         {
             "throttle_time": 0,
             "error_code": code,
-            "replica_election_results": [
-                {"topic": t, "partition_result": rs} for t, rs in by_topic.items()
-            ],
+            "replica_election_results": by_topic(rows, "topic", "partition_result"),
         },
     )
 

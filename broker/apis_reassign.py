@@ -17,10 +17,9 @@ Reassignments v1 (KIP-1148's allow_replication_factor_change) is not in kio.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
-from broker.apis_common import ApiHandler, BrokerApis, Response, answer
+from broker.apis_common import ApiHandler, BrokerApis, Response, answer, by_topic
 from broker.codec import RequestHeader
 from common.acl import CLUSTER_NAME, AclOperation, ResourceType
 from common.api_keys import ApiKey
@@ -43,11 +42,10 @@ def _alter_response(
     message: str | None,
     results: list[tuple[str, int, int, str | None]],
 ) -> Response:
-    by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for topic, partition, error, msg in results:
-        by_topic[topic].append(
-            {"partition_index": partition, "error_code": error, "error_message": msg}
-        )
+    rows = [
+        (topic, {"partition_index": partition, "error_code": error, "error_message": msg})
+        for topic, partition, error, msg in results
+    ]
     return answer(
         ApiKey.ALTER_PARTITION_REASSIGNMENTS,
         header,
@@ -55,7 +53,7 @@ def _alter_response(
             "throttle_time": 0,
             "error_code": code,
             "error_message": message,
-            "responses": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+            "responses": by_topic(rows, "name", "partitions"),
         },
     )
 
@@ -142,17 +140,19 @@ async def handle_list_reassignments(apis: BrokerApis, header: RequestHeader, bod
     if not isinstance(resp, ListPartitionReassignmentsResponse):
         code, message = resp
         return _list_response(header, code, message, [])
-    by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in resp.reassignments:
-        by_topic[r.topic].append(
+    rows = [
+        (
+            r.topic,
             {
                 "partition_index": r.partition,
                 "replicas": r.replicas,
                 "adding_replicas": r.adding_replicas,
                 "removing_replicas": r.removing_replicas,
-            }
+            },
         )
-    topics = [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
+        for r in resp.reassignments
+    ]
+    topics = by_topic(rows, "name", "partitions")
     return _list_response(header, Errors.NONE, None, topics)
 
 
