@@ -65,22 +65,25 @@ def _refusal(apis: BrokerApis, op: AclOperation, rtype: int, name: str) -> int |
 # -- AlterConfigs and IncrementalAlterConfigs ---------------------------------------------------
 
 
-def _check_broker_resource(apis: BrokerApis, name: str) -> None:
-    """ConfigAdminManager.validateResourceNameIsCurrentNodeId: "" or our own id (clients
-    send a broker's configs to that broker)."""
-    if not name:
-        return
+def _check_own_id(apis: BrokerApis, name: str, what: str, expected: str) -> None:
+    """A non-empty BROKER resource name must be our own id (clients send a broker's
+    configs to that broker). `what` and `expected` word the refusal as Kafka's alter
+    ("Node", "N") and describe ("Broker", "N or empty string") paths do."""
     try:
         node = int(name)
     except ValueError:
         raise _Refused(
-            Errors.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}"
+            Errors.INVALID_REQUEST, f"{what} id must be an integer, but it is: {name}"
         ) from None
     if node != apis.broker_id:
-        raise _Refused(
-            Errors.INVALID_REQUEST,
-            f"Unexpected broker id, expected {apis.broker_id}, but received {name}",
-        )
+        message = f"Unexpected broker id, expected {expected}, but received {name}"
+        raise _Refused(Errors.INVALID_REQUEST, message)
+
+
+def _check_broker_resource(apis: BrokerApis, name: str) -> None:
+    """ConfigAdminManager.validateResourceNameIsCurrentNodeId: "" or our own id."""
+    if name:
+        _check_own_id(apis, name, "Node", str(apis.broker_id))
 
 
 def _broker_preview(apis: BrokerApis, name: str, req: IncrementalAlterConfigsRequest) -> None:
@@ -252,18 +255,7 @@ def _describe_one(apis: BrokerApis, res: Any) -> list[Any]:
         name = res.resource_name
         if not name:
             return describe_broker(layers, per_broker=False)
-        try:
-            node = int(name)
-        except ValueError:
-            raise _Refused(
-                Errors.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}"
-            ) from None
-        if node != apis.broker_id:
-            raise _Refused(
-                Errors.INVALID_REQUEST,
-                f"Unexpected broker id, expected {apis.broker_id} or empty string, "
-                f"but received {name}",
-            )
+        _check_own_id(apis, name, "Broker", f"{apis.broker_id} or empty string")
         return describe_broker(layers, per_broker=True)
     if res.resource_type == GROUP:
         if not res.resource_name:

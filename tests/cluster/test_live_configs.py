@@ -491,3 +491,29 @@ def test_add_config_lists_in_brackets() -> None:
     from kraft.tools.entity_configs import parse_add_config
 
     assert parse_add_config("a=1, b=[x,y] ,c=") == {"a": "1", "b": "x,y", "c": ""}
+
+
+def test_a_broker_resource_names_the_broker_asked(cluster: ProcCluster) -> None:
+    """A BROKER resource sent to another broker, or not a number, is refused with
+    INVALID_REQUEST and the wording of Kafka's describe and alter paths."""
+    me = BROKERS[0]
+    out = []
+    for name in (str(BROKERS[1]), "x"):
+        described = raw_call(cluster, 32, 4, {
+            "resources": [{"resource_type": 4, "resource_name": name, "configuration_keys": None}],
+            "include_synonyms": False, "include_documentation": False,
+        }).results[0]  # fmt: skip
+        altered = raw_call(cluster, 44, 1, {
+            "resources": [{"resource_type": 4, "resource_name": name, "configs": [
+                {"name": "log.retention.ms", "config_operation": 0, "value": "1000"}]}],
+            "validate_only": True,
+        }).responses[0]  # fmt: skip
+        out.append((described.error_code, described.error_message))
+        out.append((altered.error_code, altered.error_message))
+    bad = 42  # INVALID_REQUEST
+    assert out == [
+        (bad, f"Unexpected broker id, expected {me} or empty string, but received {BROKERS[1]}"),
+        (bad, f"Unexpected broker id, expected {me}, but received {BROKERS[1]}"),
+        (bad, "Broker id must be an integer, but it is: x"),
+        (bad, "Node id must be an integer, but it is: x"),
+    ]
