@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: venv test test-long run bench lint clean conformance
 
-$(STAMP): pyproject.toml setup.py spark_jobs/_record_walk.c
+$(STAMP): pyproject.toml setup.py spark_jobs/_record_walk.c tests/js/package-lock.json
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
 	@command -v kcat >/dev/null 2>&1 || { \
 	  echo "installing kcat (Debian package) for the client tests"; \
@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml setup.py spark_jobs/_record_walk.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,spark]'
+	@command -v npm >/dev/null 2>&1 || { \
+	  echo "installing Node.js and npm (Debian packages) for the kafkajs tests"; \
+	  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
+	npm ci --prefix tests/js --no-audit --no-fund --loglevel=error
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -49,6 +53,7 @@ bench: $(STAMP)
 	$(PY) -m bench.latency_bench
 	$(PY) -m bench.arrow_decode_bench
 	$(PY) -m bench.spark_bench
+	$(PY) -m bench.txn_bench
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,172 @@
+"""Exactly-once across failures (issue 15): a consume-transform-produce job copies
+100,000 records from an RF 3 input topic to an RF 3 output topic in transactions
+(confluent-kafka, `send_offsets_to_transaction`) while the test SIGKILLs, in turn, the
+transaction coordinator's broker, an output partition leader and the active controller,
+restarting each and waiting for the cluster to be whole again before the next fault.
+
+Then the output, read with read_committed, must hold every input record exactly once
+(per partition, in the input's order), and the group's committed offsets must equal the
+input's end offsets.
+
+Timings are shrunk as in tests/cluster/test_failover.py so failures are detected fast.
+Every wait is a condition under a deadline; failures carry the nodes' logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker.group.config import partition_for
+from tests.harness.cluster_procs import ProcCluster, wait_for
+from tests.harness.eos_copier import EosCopier
+from tests.harness.txn_clients import create_topic, read_partitions
+
+TOTAL = 100_000
+PARTITIONS = 3
+TXN_PARTITIONS = 5
+SESSION_MS = 6000
+BROKER_PROPS = {
+    "broker.heartbeat.interval.ms": "500",
+    "broker.session.timeout.ms": str(SESSION_MS),
+    "replica.lag.time.max.ms": "1500",
+    "replica.fetch.backoff.ms": "200",
+    "replica.fetch.wait.max.ms": "200",
+    "transaction.state.log.num.partitions": str(TXN_PARTITIONS),
+    "offsets.topic.num.partitions": "5",
+}
+CONTROLLER_PROPS = {"broker.session.timeout.ms": str(SESSION_MS)}
+TXN_ID = "eos-copy"
+GROUP = "eos-copy-group"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[ProcCluster]:
+    c = ProcCluster(tmp_path / "data", controller_props=CONTROLLER_PROPS,
+                    broker_props=BROKER_PROPS)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.close()
+
+
+def fill_input(bootstrap: str, topic: str) -> dict[int, int]:
+    """TOTAL records, round robin over the partitions; returns the end offsets."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                  "linger.ms": 20, "batch.num.messages": 10000})
+    failed: list[str] = []
+    for i in range(TOTAL):
+        while True:
+            try:
+                p.produce(topic, b"v-%d" % i, key=b"k-%d" % i, partition=i % PARTITIONS,
+                          on_delivery=lambda e, m: failed.append(str(e)) if e else None)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0 and not failed, failed[:3]
+    return {part: len(range(part, TOTAL, PARTITIONS)) for part in range(PARTITIONS)}
+
+
+def committed_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP,
+                  "enable.auto.commit": False})
+    try:
+        got = c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], 10)
+        return {tp.partition: tp.offset for tp in got}
+    finally:
+        c.close()
+
+
+def leader_of(c: ProcCluster, topic: str, partition: int) -> int | None:
+    parts = c.partitions(topic)
+    if not parts or partition not in parts:
+        return None
+    leader = parts[partition].get("leader", -1)
+    return leader if leader is not None and leader >= 0 else None
+
+
+def wait_whole(c: ProcCluster, topics: list[str], what: str) -> None:
+    """Every partition of `topics` has a leader and all 3 replicas in its ISR."""
+    def probe() -> bool:
+        for t in topics:
+            parts = c.partitions(t)
+            if not parts or any(len(p.get("isr", [])) < 3 or p.get("leader", -1) < 0
+                                for p in parts.values()):
+                return False
+        return True
+    wait_for(probe, 90, f"full ISRs after {what}", c.logs)
+
+
+def wait_progress(c: ProcCluster, copier: EosCopier, at_least: int, what: str) -> None:
+    def probe() -> bool:
+        if copier.failure is not None:
+            raise AssertionError(f"the copier failed: {copier.failure!r}")
+        done = committed_offsets(c.bootstrap, "eos-in")
+        return sum(max(0, o) for o in done.values()) >= at_least
+    wait_for(probe, 120, f"{at_least} records copied {what}", c.logs)
+
+
+def test_copy_is_exactly_once_across_coordinator_leader_and_controller_kills(
+    cluster: ProcCluster,
+) -> None:
+    c = cluster
+    create_topic(c.bootstrap, "eos-in", PARTITIONS, 3, {"min.insync.replicas": "2"})
+    create_topic(c.bootstrap, "eos-out", PARTITIONS, 3, {"min.insync.replicas": "2"})
+    ends = fill_input(c.bootstrap, "eos-in")
+    copier = EosCopier(c.bootstrap, "eos-in", "eos-out", GROUP, TXN_ID)
+    copier.start()
+    try:
+        wait_progress(c, copier, 10_000, "before any fault")
+        # 1. the transaction coordinator's broker
+        coord = wait_for(lambda: leader_of(c, "__transaction_state",
+                                           partition_for(TXN_ID, TXN_PARTITIONS)),
+                         30, "the transaction coordinator", c.logs)
+        c.kill_broker(coord)
+        wait_progress(c, copier, 30_000, "with the coordinator's broker down")
+        c.restart_broker(coord)
+        wait_whole(c, ["eos-in", "eos-out", "__transaction_state"], "the coordinator's restart")
+        # 2. an output partition's leader (another broker when it can be)
+        leaders = {p: leader_of(c, "eos-out", p) for p in range(PARTITIONS)}
+        victim = next((b for b in leaders.values() if b is not None and b != coord),
+                      leaders[0])
+        assert victim is not None
+        c.kill_broker(victim)
+        wait_progress(c, copier, 50_000, "with an output leader down")
+        c.restart_broker(victim)
+        wait_whole(c, ["eos-in", "eos-out"], "the output leader's restart")
+        # 3. the active controller
+        active = c.wait_active_controller(30)
+        c.kill_controller(active.node_id)
+        wait_progress(c, copier, 70_000, "with the active controller down")
+        c.restart_controller(active.node_id)
+        wait_progress(c, copier, TOTAL, "to the end")
+    finally:
+        copier.stop()
+    assert committed_offsets(c.bootstrap, "eos-in") == ends
+    out_ends = {p: -1 for p in range(PARTITIONS)}
+    from confluent_kafka import Consumer, TopicPartition
+
+    probe = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "probe",
+                      "isolation.level": "read_committed"})
+    try:
+        for p in range(PARTITIONS):
+            out_ends[p] = probe.get_watermark_offsets(TopicPartition("eos-out", p), 10)[1]
+    finally:
+        probe.close()
+    got = read_partitions(c.bootstrap, "eos-out", "read_committed", out_ends, 120)
+    for p in range(PARTITIONS):
+        values = [v for _, _, v in got[p]]
+        want = [b"v-%d" % i for i in range(p, TOTAL, PARTITIONS)]
+        dupes = len(values) - len(set(values))
+        assert values == want, (
+            f"partition {p}: {len(values)} records, {dupes} duplicated, "
+            f"{len(set(want) - set(values))} missing; copier: {copier.committed_txns} "
+            f"committed, {copier.aborted_txns} aborted, errors {copier.errors[:5]}"
+        )
