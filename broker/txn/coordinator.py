@@ -517,7 +517,8 @@ class TransactionCoordinatorCore(Generic[T]):
                 continue
             if pids and md.producer_id not in pids:
                 continue
-            if min_duration_ms >= 0 and (md.start_ms < 0 or now_ms - md.start_ms < min_duration_ms):
+            # Kafka's filter, as written: running for longer than the duration
+            if min_duration_ms >= 0 and now_ms - md.start_ms <= min_duration_ms:
                 continue
             found.append((tid, md.producer_id, md.state.kafka_name))
         return Errors.NONE, unknown, found
