@@ -66,7 +66,8 @@ def _create_topic(c: ProcCluster) -> None:
 def producer(c: ProcCluster, tid: str, **extra: Any) -> Any:
     from confluent_kafka import Producer
 
-    return Producer({"bootstrap.servers": c.bootstrap, "transactional.id": tid, **extra})
+    live = ",".join(f"{b.host}:{b.port}" for b in c.brokers if b.running)
+    return Producer({"bootstrap.servers": live, "transactional.id": tid, **extra})
 
 
 def send(p: Any, values: list[bytes]) -> None:
@@ -79,8 +80,9 @@ def read_until_sentinel(c: ProcCluster, isolation: str, sentinel: bytes) -> list
     """Every record value before (and not counting) the sentinel, in all partitions."""
     from confluent_kafka import Consumer, TopicPartition
 
+    live = ",".join(f"{b.host}:{b.port}" for b in c.brokers if b.running)
     consumer = Consumer({
-        "bootstrap.servers": c.bootstrap, "group.id": f"g-{isolation}-{sentinel.decode()}",
+        "bootstrap.servers": live, "group.id": f"g-{isolation}-{sentinel.decode()}",
         "isolation.level": isolation, "enable.auto.commit": False,
     })  # fmt: skip
     try:
@@ -123,7 +125,8 @@ def raw(c: ProcCluster, api_key: int, version: int, body: dict[str, Any], node: 
 
 def coordinator_of(c: ProcCluster, tid: str) -> int:
     def probe() -> int | None:
-        r = raw(c, 10, 4, {"key_type": 1, "coordinator_keys": [tid]}, c.brokers[0].node_id)
+        via = next(b.node_id for b in c.brokers if b.running)
+        r = raw(c, 10, 4, {"key_type": 1, "coordinator_keys": [tid]}, via)
         found = r.coordinators[0]
         return int(found.node_id) if found.error_code == Errors.NONE else None
 
@@ -221,3 +224,42 @@ def test_invalid_transaction_timeout(cluster: ProcCluster) -> None:
     body = {"transactional_id": tid, "transaction_timeout": 900_001, "producer_id": -1,
             "producer_epoch": -1}  # fmt: skip
     assert raw(cluster, 22, 4, body, node).error_code == Errors.INVALID_TRANSACTION_TIMEOUT
+
+
+def test_coordinator_failover_mid_transaction(cluster: ProcCluster) -> None:
+    """SIGKILL the coordinator while a transaction is open: the new leader of its
+    __transaction_state partition loads it, the producer commits there, and the state
+    (producer id, epoch) carries on from the log."""
+    tid = "tx-failover"
+    p = producer(cluster, tid)
+    p.init_transactions(60)
+    p.begin_transaction()
+    send(p, [b"before-%d" % i for i in range(3)])
+    old = coordinator_of(cluster, tid)
+    pid = describe(cluster, tid).producer_id
+    cluster.kill_broker(old)
+    try:
+        new = wait_for(
+            lambda: (n := coordinator_of(cluster, tid)) != old and n, 60, "a new coordinator",
+            cluster.logs,
+        )  # fmt: skip
+        d = describe(cluster, tid)
+        assert (d.transaction_state, d.producer_id, d.producer_epoch) == ("Ongoing", pid, 0)
+        send(p, [b"after-%d" % i for i in range(3)])
+        p.commit_transaction(60)
+        d = wait_for(lambda: in_state(cluster, tid, "CompleteCommit"), 60, "commit", cluster.logs)
+        assert (d.producer_id, d.producer_epoch, new) == (pid, 0, coordinator_of(cluster, tid))
+        sentinel = commit_sentinel(cluster, "d")
+        seen = read_until_sentinel(cluster, "read_committed", sentinel)
+        assert sorted(v for v in seen if v.startswith((b"before", b"after"))) == sorted(
+            [b"before-%d" % i for i in range(3)] + [b"after-%d" % i for i in range(3)]
+        )
+        again = producer(cluster, tid)
+        again.init_transactions(60)  # the loaded state's epoch, bumped: not a fresh id
+        again.begin_transaction()
+        send(again, [b"again"])
+        again.commit_transaction(60)
+        d = wait_for(lambda: in_state(cluster, tid, "CompleteCommit"), 30, "second commit")
+        assert (d.producer_id, d.producer_epoch) == (pid, 1)
+    finally:
+        cluster.restart_broker(old)
