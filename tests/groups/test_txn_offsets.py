@@ -3,10 +3,18 @@ visible on the commit marker, dropped on abort; loading honours the markers."""
 
 from __future__ import annotations
 
+import asyncio
+import struct
+from pathlib import Path
+from types import SimpleNamespace
+
 from broker.group import messages as m
-from broker.group.config import partition_for
+from broker.group.config import GroupConfig, partition_for
+from broker.group.manager import GroupCoordinator
 from broker.group.records import OffsetKey, OffsetValue, encode_key, encode_offset_value
 from common.errors import Errors
+from storage.log import Log
+from storage.records import Record, build_batch
 from tests.harness.group_harness import Harness
 
 G = "g"
@@ -170,3 +178,64 @@ def test_deleting_offsets_drops_their_pending_txn_part() -> None:
     h.run(h.core.delete_offsets(t, G, [T0]))
     h.marker(P, 7, committed=True)
     assert committed(h) == {}
+
+
+# -- the shell's load reads the log's transactional batches and markers ----------------------
+
+
+def _marker(producer_id: int, commit: bool) -> bytes:
+    """A control batch with an EndTransactionMarker (key: version, type; value:
+    version, coordinator epoch), as the partition leader writes it."""
+    key = struct.pack(">hh", 0, 1 if commit else 0)
+    return build_batch(
+        [Record(value=struct.pack(">hi", 0, 3), key=key)],
+        producer_id=producer_id,
+        producer_epoch=0,
+        is_transactional=True,
+        is_control=True,
+        now_ms=0,
+    )
+
+
+def test_the_shell_loads_markers_from_the_log(tmp_path: Path) -> None:
+    lg = Log(tmp_path / f"__consumer_offsets-{P}")
+
+    def txn(pid: int, tp: tuple[str, int], offset: int) -> bytes:
+        k, v = _offset(G, tp, offset)
+        return build_batch(
+            [Record(value=v, key=k)],
+            producer_id=pid,
+            producer_epoch=0,
+            is_transactional=True,
+            now_ms=0,
+        )
+
+    for raw in (
+        txn(7, T0, 10),
+        txn(8, T1, 20),
+        _marker(7, commit=True),
+        _marker(8, commit=False),
+        txn(9, T1, 30),  # open at the end of the log
+    ):
+        lg.append_as_leader(raw, 0)
+
+    hosted = SimpleNamespace(core=SimpleNamespace(is_leader=True, leader_epoch=0), log=lg)
+    replicas = SimpleNamespace(partition=lambda topic, p: hosted)
+
+    async def no_topic() -> None:
+        return None
+
+    async def run() -> GroupCoordinator:
+        gc = GroupCoordinator(GroupConfig(num_partitions=4), replicas, no_topic)  # type: ignore[arg-type]
+        gc.core.begin_load(P)
+        await gc._load(P)
+        return gc
+
+    gc = asyncio.run(run())
+    _, found = gc.core.fetch_offsets(G, None)
+    assert {tp: v.offset for tp, v in found.items() if v} == {T0: 10}
+    assert gc.core.unstable_partitions(G, None) == {T1}
+    gc.on_txn_marker("__consumer_offsets", P, 9, True)
+    _, found = gc.core.fetch_offsets(G, None)
+    assert {tp: v.offset for tp, v in found.items() if v} == {T0: 10, T1: 30}
+    lg.close()
