@@ -46,6 +46,7 @@ from broker import (
     apis_reassign,
     apis_records,
     apis_sasl,
+    apis_txn_markers,
 )
 from broker.apis_common import ApiHandler, BrokerApis, CloseConnection, Response
 from broker.codec import (
@@ -224,6 +225,7 @@ HANDLERS = _by_key(
     apis_describe.API_HANDLERS,
     apis_records.API_HANDLERS,
     apis_reassign.API_HANDLERS,
+    apis_txn_markers.API_HANDLERS,
     API_HANDLERS,
 )
 # What ApiVersions advertises: exactly the rows above.
