@@ -46,8 +46,8 @@ from broker import (
     apis_reassign,
     apis_records,
     apis_sasl,
-    apis_txn_markers,
     apis_txn,
+    apis_txn_markers,
 )
 from broker.apis_common import ApiHandler, BrokerApis, CloseConnection, Response
 from broker.codec import (

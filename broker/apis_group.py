@@ -1,5 +1,5 @@
 """Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
+TxnOffsetCommit (the others about offsets and groups are in `apis_group_admin`).
 
 Each handler turns the request (any supported version: fields a version lacks are
 read with defaults) into calls on the group coordinator and describes the answer
@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.apis_common import ApiHandler, BrokerApis, Response, answer, to_ms
+from broker.apis_group_admin import by_topic, known_partition, refused_topics
 from broker.codec import RequestHeader
 from broker.group import messages as gm
 from broker.security.session import current_session
@@ -246,10 +247,69 @@ def leave_group_error(header: RequestHeader, body: Any, code: int) -> Response:
     )
 
 
+# -- TxnOffsetCommit ------------------------------------------------------------------------------
+
+
+async def handle_txn_offset_commit(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
+    """Kafka's handleTxnOffsetCommitRequest: WRITE on the transactional id, then READ on
+    the group, then READ on each topic; unknown topics and partitions answer
+    UNKNOWN_TOPIC_OR_PARTITION; the rest go to the coordinator as one transactional
+    batch of the producer (visible to the group at the transaction's commit marker)."""
+    if apis.authorizer is not None and not apis.authorize(
+        AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id
+    ):
+        return txn_offset_commit_error(header, body, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not _may_read_group(apis, body.group_id):
+        return txn_offset_commit_error(header, body, Errors.GROUP_AUTHORIZATION_FAILED)
+    refused = refused_topics(apis, AclOperation.READ, body.topics)
+    codes: dict[tuple[str, int], int] = {}
+    offsets: list[gm.OffsetCommit] = []
+    for t in body.topics:
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            if t.name in refused:
+                codes[tp] = Errors.TOPIC_AUTHORIZATION_FAILED
+            elif not known_partition(apis, *tp):
+                codes[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                leader_epoch = getattr(p, "committed_leader_epoch", -1)
+                offsets.append(
+                    gm.OffsetCommit(*tp, p.committed_offset, leader_epoch, p.committed_metadata)
+                )
+                codes[tp] = Errors.NONE  # keeps the request's order
+    if offsets:
+        req = gm.TxnCommitRequest(
+            body.transactional_id,
+            body.group_id,
+            body.producer_id,
+            body.producer_epoch,
+            getattr(body, "generation_id", -1),
+            getattr(body, "member_id", ""),
+            getattr(body, "group_instance_id", None),
+            offsets,
+        )
+        core = apis.groups.core
+        r: gm.PartitionResults = await apis.groups.call(lambda t, now: core.txn_commit(t, req, now))
+        codes.update(r.partitions)
+    if header.api_version < 2:
+        # Kafka: clients before 2.0 (KAFKA-7296) do not retry COORDINATOR_LOAD_IN_PROGRESS.
+        load = Errors.COORDINATOR_LOAD_IN_PROGRESS
+        codes = {
+            tp: Errors.COORDINATOR_NOT_AVAILABLE if c == load else c for tp, c in codes.items()
+        }
+    return answer(ApiKey.TXN_OFFSET_COMMIT, header, {"throttle_time": 0, "topics": by_topic(codes)})
+
+
+def txn_offset_commit_error(header: RequestHeader, body: Any, code: int) -> Response:
+    codes = {(t.name, p.partition_index): code for t in body.topics for p in t.partitions}
+    return answer(ApiKey.TXN_OFFSET_COMMIT, header, {"throttle_time": 0, "topics": by_topic(codes)})
+
+
 API_HANDLERS: tuple[ApiHandler, ...] = (
     ApiHandler(ApiKey.FIND_COORDINATOR, 0, 4, handle_find_coordinator, find_coordinator_error),
     ApiHandler(ApiKey.JOIN_GROUP, 0, 9, handle_join_group, join_group_error),
     ApiHandler(ApiKey.HEARTBEAT, 0, 4, handle_heartbeat, heartbeat_error),
     ApiHandler(ApiKey.LEAVE_GROUP, 0, 5, handle_leave_group, leave_group_error),
     ApiHandler(ApiKey.SYNC_GROUP, 0, 5, handle_sync_group, sync_group_error),
+    ApiHandler(ApiKey.TXN_OFFSET_COMMIT, 0, 3, handle_txn_offset_commit, txn_offset_commit_error),
 )

@@ -33,7 +33,7 @@ from common.errors import Errors
 TP = tuple[str, int]
 
 
-def _known(apis: BrokerApis, topic: str, partition: int) -> bool:
+def known_partition(apis: BrokerApis, topic: str, partition: int) -> bool:
     t = apis.image().topic_by_name(topic)
     return t is not None and partition in t.partitions
 
@@ -42,7 +42,7 @@ def _may(apis: BrokerApis, operation: AclOperation, group_id: str) -> bool:
     return apis.authorizer is None or apis.authorize(operation, ResourceType.GROUP, group_id)
 
 
-def _refused_topics(apis: BrokerApis, operation: AclOperation, topics: Any) -> set[str]:
+def refused_topics(apis: BrokerApis, operation: AclOperation, topics: Any) -> set[str]:
     """The names among `topics` (request entries with a `name`) the session may not
     `operation`: empty without an authorizer."""
     if apis.authorizer is None:
@@ -51,7 +51,7 @@ def _refused_topics(apis: BrokerApis, operation: AclOperation, topics: Any) -> s
     return names - authorized_names(apis, operation, ResourceType.TOPIC, names)
 
 
-def _by_topic(codes: dict[TP, int]) -> list[dict[str, Any]]:
+def by_topic(codes: dict[TP, int]) -> list[dict[str, Any]]:
     topics: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for (topic, p), code in codes.items():
         topics[topic].append({"partition_index": p, "error_code": code})
@@ -64,7 +64,7 @@ def _by_topic(codes: dict[TP, int]) -> list[dict[str, Any]]:
 async def handle_offset_commit(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     if not _may(apis, AclOperation.READ, body.group_id):
         return offset_commit_error(header, body, Errors.GROUP_AUTHORIZATION_FAILED)
-    refused = _refused_topics(apis, AclOperation.READ, body.topics)
+    refused = refused_topics(apis, AclOperation.READ, body.topics)
     codes: dict[TP, int] = {}
     offsets: list[gm.OffsetCommit] = []
     for t in body.topics:
@@ -72,7 +72,7 @@ async def handle_offset_commit(apis: BrokerApis, header: RequestHeader, body: An
             if t.name in refused:
                 codes[(t.name, p.partition_index)] = Errors.TOPIC_AUTHORIZATION_FAILED
                 continue
-            if not _known(apis, t.name, p.partition_index):
+            if not known_partition(apis, t.name, p.partition_index):
                 codes[(t.name, p.partition_index)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             offsets.append(
@@ -96,25 +96,27 @@ async def handle_offset_commit(apis: BrokerApis, header: RequestHeader, body: An
         core = apis.groups.core
         r: gm.PartitionResults = await apis.groups.call(lambda t, now: core.commit(t, req, now))
         codes.update(r.partitions)
-    return answer(ApiKey.OFFSET_COMMIT, header, {"throttle_time": 0, "topics": _by_topic(codes)})
+    return answer(ApiKey.OFFSET_COMMIT, header, {"throttle_time": 0, "topics": by_topic(codes)})
 
 
 def offset_commit_error(header: RequestHeader, body: Any, code: int) -> Response:
     codes = {(t.name, p.partition_index): code for t in body.topics for p in t.partitions}
-    return answer(ApiKey.OFFSET_COMMIT, header, {"throttle_time": 0, "topics": _by_topic(codes)})
+    return answer(ApiKey.OFFSET_COMMIT, header, {"throttle_time": 0, "topics": by_topic(codes)})
 
 
 # -- OffsetFetch ---------------------------------------------------------------------------------
 
 
-def _fetch_group(apis: BrokerApis, group_id: str, topics: Any) -> tuple[int, list[dict[str, Any]]]:
+def _fetch_group(
+    apis: BrokerApis, group_id: str, topics: Any, require_stable: bool = False
+) -> tuple[int, list[dict[str, Any]]]:
     if not _may(apis, AclOperation.DESCRIBE, group_id):
         return Errors.GROUP_AUTHORIZATION_FAILED, []
     wanted = None
     refused: set[str] = set()
     if topics is not None:
         # Kafka: offsets of topics the principal may not DESCRIBE stay hidden.
-        refused = _refused_topics(apis, AclOperation.DESCRIBE, topics)
+        refused = refused_topics(apis, AclOperation.DESCRIBE, topics)
         wanted = [(t.name, p) for t in topics if t.name not in refused for p in t.partition_indexes]
     code, found = apis.groups.core.fetch_offsets(group_id, wanted)
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -125,8 +127,15 @@ def _fetch_group(apis: BrokerApis, group_id: str, topics: Any) -> tuple[int, lis
             apis, AclOperation.DESCRIBE, ResourceType.TOPIC, (t for t, _ in found)
         )
         found = {tp: v for tp, v in found.items() if tp[0] in visible}
+    # v7+ require_stable (KIP-447): an offset an open transaction will change is not
+    # answered yet; the consumer retries until the transaction completes.
+    unstable = apis.groups.core.unstable_partitions(group_id, list(found))
+    unstable = unstable if require_stable and code == Errors.NONE else set()
     for (topic, p), v in found.items():
-        out[topic].append(_offset(p, v, code))
+        if (topic, p) in unstable:
+            out[topic].append(_offset(p, None, Errors.UNSTABLE_OFFSET_COMMIT))
+        else:
+            out[topic].append(_offset(p, v, code))
     if code == Errors.NONE:
         for t in topics or ():
             if t.name in refused:
@@ -147,13 +156,14 @@ def _offset(partition: int, v: OffsetValue | None, code: int) -> dict[str, Any]:
 
 
 async def handle_offset_fetch(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
+    stable = bool(getattr(body, "require_stable", False))
     if header.api_version >= 8:
         groups = []
         for g in body.groups:
-            code, topics = _fetch_group(apis, g.group_id, g.topics)
+            code, topics = _fetch_group(apis, g.group_id, g.topics, stable)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
         return answer(ApiKey.OFFSET_FETCH, header, {"throttle_time": 0, "groups": groups})
-    code, topics = _fetch_group(apis, body.group_id, body.topics)
+    code, topics = _fetch_group(apis, body.group_id, body.topics, stable)
     return answer(
         ApiKey.OFFSET_FETCH, header, {"throttle_time": 0, "topics": topics, "error_code": code}
     )
@@ -174,7 +184,7 @@ def offset_fetch_error(header: RequestHeader, body: Any, code: int) -> Response:
 async def handle_offset_delete(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     if not _may(apis, AclOperation.DELETE, body.group_id):
         return offset_delete_error(header, body, Errors.GROUP_AUTHORIZATION_FAILED)
-    refused = _refused_topics(apis, AclOperation.READ, body.topics)
+    refused = refused_topics(apis, AclOperation.READ, body.topics)
     codes: dict[TP, int] = {}
     wanted: list[TP] = []
     for t in body.topics:
@@ -183,7 +193,7 @@ async def handle_offset_delete(apis: BrokerApis, header: RequestHeader, body: An
             if t.name in refused:
                 codes[tp] = Errors.TOPIC_AUTHORIZATION_FAILED
                 continue
-            known = _known(apis, *tp)
+            known = known_partition(apis, *tp)
             codes[tp] = Errors.NONE if known else Errors.UNKNOWN_TOPIC_OR_PARTITION
             if known:
                 wanted.append(tp)
@@ -197,7 +207,7 @@ async def handle_offset_delete(apis: BrokerApis, header: RequestHeader, body: An
     return answer(
         ApiKey.OFFSET_DELETE,
         header,
-        {"error_code": Errors.NONE, "throttle_time": 0, "topics": _by_topic(codes)},
+        {"error_code": Errors.NONE, "throttle_time": 0, "topics": by_topic(codes)},
     )
 
 

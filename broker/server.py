@@ -137,6 +137,8 @@ class BrokerServer:
         # KIP-890 part 1: the produce path asks the coordinator before the first
         # transactional batch of a producer on a partition (H2's hook).
         self.replica_manager.verifier = self.txn.verify
+        # Markers on __consumer_offsets complete the groups' TxnOffsetCommits.
+        self.replica_manager.marker_listeners.append(self.groups.on_txn_marker)
         # None: authorization off (authorizer.class.name unset), everything allowed.
         self.authorizer = (
             StandardAuthorizer(config.super_users, config.allow_everyone_if_no_acl_found)

@@ -14,6 +14,7 @@ are `storage.records` (`decode_batch`).
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from typing import Final
 
 import numpy as np
@@ -21,6 +22,7 @@ import pyarrow as pa
 from crc32c import crc32c
 
 from common.varint import MalformedError, read_varint
+from spark_jobs.aborted import ABORT, AbortedTransactions, control_type
 from storage.compression import decompress
 from storage.record_batch import (
     ATTRIBUTES,
@@ -32,6 +34,7 @@ from storage.record_batch import (
     MIN_BATCH_LENGTH,
     MIN_RECORD_SIZE,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
 )
 
 try:  # the record-length walk in C (setup.py builds it where a compiler is available)
@@ -105,11 +108,21 @@ def _corrupt(topic: str, partition: int, base_offset: int, why: str) -> RecordsD
 
 
 def decode_records(
-    records: bytes, topic: str, partition: int, start: int, end: int, include_headers: bool
+    records: bytes,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    include_headers: bool,
+    aborted: Iterable[tuple[int, int]] | None = None,
 ) -> tuple[pa.RecordBatch | None, int]:
     """Rows of one Fetch partition's `records` with start <= offset < end, and the offset
     to fetch next (last offset + 1 of the last complete batch seen, at least `start`).
-    A truncated trailing batch is ignored; decoding stops at a batch based at >= end."""
+    A truncated trailing batch is ignored; decoding stops at a batch based at >= end.
+    Control batches (transaction markers) are never rows. `aborted` (read_committed:
+    the answer's (producer id, first offset) list) skips aborted transactions' batches;
+    the offsets they and the markers take are gaps, not data loss."""
+    txns = AbortedTransactions(aborted) if aborted is not None else None
     mv = memoryview(records or b"")  # (a Fetch answer's records may be null)
     size = len(mv)
     pos = 0
@@ -127,7 +140,7 @@ def decode_records(
         batch_end = pos + batch_length + LOG_OVERHEAD
         if batch_end > size:
             break  # the partial batch a fetch may end with
-        _, _, _, magic, crc, attrs, last_delta, base_ts, max_ts, _, _, _, count = (
+        _, _, _, magic, crc, attrs, last_delta, base_ts, max_ts, producer, _, _, count = (
             _HEADER.unpack_from(mv, pos)
         )
         if magic != CURRENT_MAGIC:
@@ -140,6 +153,10 @@ def decode_records(
         payload: bytes | memoryview = mv[pos + HEADER_SIZE : batch_end]
         pos = batch_end
         next_offset = max(next_offset, base + last_delta + 1)
+        if txns is not None and producer >= 0:  # every batch in order, even those < start
+            abort = bool(attrs & CONTROL_MASK) and _control_type(payload, attrs) == ABORT
+            if txns.skip(producer, base + last_delta, bool(attrs & TRANSACTIONAL_MASK), abort):
+                continue
         if attrs & CONTROL_MASK or base + last_delta < start:
             continue  # transaction markers are not rows; batches below start were read before
         if attrs & COMPRESSION_MASK:
@@ -174,6 +191,15 @@ def decode_records(
         pa.repeat(pa.scalar(partition, pa.int32()), n),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=_SCHEMAS[include_headers]), next_offset
+
+
+def _control_type(payload: bytes | memoryview, attrs: int) -> int | None:
+    if attrs & COMPRESSION_MASK:
+        try:
+            payload = decompress(attrs & COMPRESSION_MASK, payload)
+        except ValueError:
+            return None
+    return control_type(payload)
 
 
 def _decode(

@@ -94,6 +94,10 @@ class FetchedPartition:
     high_watermark: int
     log_start_offset: int
     records: bytes | memoryview
+    last_stable_offset: int = -1
+    # read_committed: (producer id, first offset) of the aborted transactions the
+    # records overlap (Fetch's aborted_transactions; None from the broker is empty)
+    aborted: tuple[tuple[int, int], ...] = ()
 
 
 class AuthenticationError(KafkaCallError):
@@ -464,6 +468,7 @@ def java_full_match(pattern: str, topic: str) -> bool:
 
 _I16 = struct.Struct(">h")
 _FETCH_PARTITION = struct.Struct(">ihqqq")  # index, error, HW, last stable, log start
+_ABORTED = struct.Struct(">qq")  # producer id, first offset
 _NO_RECORDS = memoryview(b"")
 
 
@@ -482,11 +487,13 @@ def parse_fetch_v12(frame: bytearray, pos: int, tp: TP) -> FetchedPartition:
         pos += name_len - 1
         n_parts, pos = read_uvarint(frame, pos)
         for _ in range(n_parts - 1):
-            index, err, hw, _, log_start = _FETCH_PARTITION.unpack_from(frame, pos)
+            index, err, hw, lso, log_start = _FETCH_PARTITION.unpack_from(frame, pos)
             pos += _FETCH_PARTITION.size
             n_aborted, pos = read_uvarint(frame, pos)
+            aborted = []
             for _ in range(max(n_aborted - 1, 0)):  # producer id, first offset, tags
-                pos = skip_tagged_fields(frame, pos + 16)
+                aborted.append(_ABORTED.unpack_from(frame, pos))
+                pos = skip_tagged_fields(frame, pos + _ABORTED.size)
             pos += 4  # preferred_read_replica
             size, pos = read_uvarint(frame, pos)
             records = view[pos : pos + size - 1] if size else _NO_RECORDS
@@ -494,6 +501,6 @@ def parse_fetch_v12(frame: bytearray, pos: int, tp: TP) -> FetchedPartition:
                 raise ValueError("records run past the frame")
             pos = skip_tagged_fields(frame, pos + max(size - 1, 0))
             if (topic, index) == tp:
-                return FetchedPartition(Errors(err), hw, log_start, records)
+                return FetchedPartition(Errors(err), hw, log_start, records, lso, tuple(aborted))
         pos = skip_tagged_fields(frame, pos)
     raise ValueError(f"no answer for {tp[0]}-{tp[1]}")

@@ -150,7 +150,13 @@ def _fetch_batches(c: KafkaClient, r: OffsetRange, s: ReadSettings) -> Iterator[
             last_problem = f"no records at {offset} (high watermark {got.high_watermark})"
             continue
         rows, next_offset = decode_records(
-            got.records, r.topic, r.partition, offset, r.until_offset, s.include_headers
+            got.records,
+            r.topic,
+            r.partition,
+            offset,
+            r.until_offset,
+            s.include_headers,
+            got.aborted if s.read_committed else None,
         )
         if next_offset <= offset:
             # Only a partial batch came back: one batch is larger than we asked for.

@@ -32,6 +32,7 @@ from broker.group.group import Group, GroupState, Member
 from broker.group.messages import Append, Out, Reply
 from broker.group.offsets import OffsetsMixin
 from broker.group.timers import TimersMixin
+from broker.group.txn_offsets import TxnOffsetsMixin
 from common.errors import Errors
 
 T = TypeVar("T")
@@ -44,7 +45,7 @@ COMPLETING, STABLE, DEAD = (
 )
 
 
-class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
+class GroupCoordinatorCore(TimersMixin[T], TxnOffsetsMixin[T], OffsetsMixin[T], Generic[T]):
     def __init__(self, config: GroupConfig, new_member_id: Callable[[str], str]) -> None:
         self.config = config
         # The partition count of __consumer_offsets: the config's until the topic exists
@@ -56,7 +57,7 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
         self._load_epoch: dict[int, int] = {}  # bumped on every load/unload: stale writes
         self._epochs = itertools.count(1)
         self._new_member_id = new_member_id
-        self._writes: dict[int, Callable[[int, int], list[Out[T]]]] = {}
+        self._writes: dict[int, Callable[[int, int, int], list[Out[T]]]] = {}
         self._write_ids = itertools.count(1)
         self._next_expiry_ms: int | None = None
 
@@ -97,21 +98,35 @@ class GroupCoordinatorCore(TimersMixin[T], OffsetsMixin[T], Generic[T]):
         partition: int,
         records: list[tuple[bytes, bytes | None]],
         then: Callable[[int, int], list[Out[T]]] | None = None,
+        *,
+        then_at: Callable[[int, int, int], list[Out[T]]] | None = None,
+        txn: tuple[str, int, int] | None = None,
     ) -> Append:
+        """An append intent; `then(code, now)` or `then_at(code, now, batch offset)`
+        runs when it is done. `txn` (transactional id, producer id, epoch) makes the
+        batch transactional (TxnOffsetCommit)."""
         write_id = next(self._write_ids)
         epoch = self._load_epoch.get(partition)
 
-        def done(code: int, now_ms: int) -> list[Out[T]]:
+        def done(code: int, now_ms: int, base_offset: int) -> list[Out[T]]:
             if self._load_epoch.get(partition) != epoch:
                 code = Errors.NOT_COORDINATOR  # the partition moved meanwhile
+            if then_at is not None:
+                return then_at(code, now_ms, base_offset)
             return then(code, now_ms) if then is not None else []
 
         self._writes[write_id] = done
-        return Append(write_id, partition, tuple(records))
+        if txn is None:
+            return Append(write_id, partition, tuple(records))
+        tid, pid, pepoch = txn
+        return Append(write_id, partition, tuple(records), pid, pepoch, tid)
 
-    def on_append_done(self, write_id: int, error_code: int, now_ms: int) -> list[Out[T]]:
+    def on_append_done(
+        self, write_id: int, error_code: int, now_ms: int, base_offset: int = -1
+    ) -> list[Out[T]]:
+        """An append finished; `base_offset` is where its batch landed (-1: unknown)."""
         done = self._writes.pop(write_id, None)
-        return done(error_code, now_ms) if done is not None else []
+        return done(error_code, now_ms, base_offset) if done is not None else []
 
     # -- JoinGroup -----------------------------------------------------------------------------
 

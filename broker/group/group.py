@@ -20,6 +20,12 @@ from common.errors import Errors
 T = TypeVar("T")
 
 
+@dataclass
+class PendingTxnOffset:
+    value: OffsetValue
+    position: int | None = None  # batch offset once appended; None while in flight
+
+
 class GroupState(enum.Enum):
     EMPTY = "Empty"
     PREPARING_REBALANCE = "PreparingRebalance"
@@ -73,6 +79,13 @@ class Group(Generic[T]):
     pending_members: dict[str, int] = field(default_factory=dict)  # KIP-394 id -> deadline
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=dict)
+    # The __consumer_offsets batch offset each committed offset was written at (Kafka's
+    # CommitRecordMetadataAndOffset): a transactional commit that completes later must
+    # not replace a plain commit written after it.
+    offset_positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    # Kafka's pendingTransactionalOffsetCommits: producer id -> offsets appended (or
+    # being appended) in its open transaction, invisible until its commit marker.
+    pending_txn: dict[int, dict[tuple[str, int], PendingTxnOffset]] = field(default_factory=dict)
     rebalance_deadline_ms: int = -1  # PreparingRebalance: join ends; else: sync ends
     awaiting_sync: set[str] = field(default_factory=set)  # answered joins owing a sync
     initial_delay: bool = False  # the first rebalance of an empty group waits for joiners

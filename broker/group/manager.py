@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from broker.group.config import GroupConfig
 from broker.group.coordinator import GroupCoordinatorCore
-from broker.group.messages import Append, Out, Reply
+from broker.group.messages import Append, LoadedRecord, Out, Reply, TxnMarker
 from broker.metadata_publisher import LoaderManifest
 from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import Errors
@@ -43,6 +43,18 @@ from storage.records import Record, build_batch, decode_batch
 log = logging.getLogger("broker.group")
 
 _LOAD_CHUNK = 1 << 20
+_ABORT, _COMMIT = 0, 1  # Kafka's ControlRecordType ids
+
+
+def _marker_committed(records: list[Record]) -> bool | None:
+    """A control batch's EndTransactionMarker: True for COMMIT, False for ABORT, None
+    for another control record. Its key is version int16, type int16."""
+    key = records[0].key if records else None
+    if key is None or len(key) < 4:
+        return None
+    kind = int.from_bytes(key[2:4], "big", signed=True)
+    return {_COMMIT: True, _ABORT: False}.get(kind)
+
 
 Token = asyncio.Future[Any]
 
@@ -139,20 +151,54 @@ class GroupCoordinator:
         self._wake.set()  # deadlines may have moved
 
     async def _write(self, a: Append) -> None:
+        # A TxnOffsetCommit's batch is transactional with the producer's id and epoch and
+        # no sequence, as Kafka's coordinator writes it (the log checks the epoch).
         batch = build_batch(
-            [Record(value=v, key=k) for k, v in a.records], now_ms=self._clock.wall_ms()
+            [Record(value=v, key=k) for k, v in a.records],
+            now_ms=self._clock.wall_ms(),
+            producer_id=a.producer_id,
+            producer_epoch=a.producer_epoch,
+            is_transactional=a.producer_id >= 0,
         )
+        base_offset = -1
         try:
-            result = await self._replicas.produce(
-                OFFSETS_TOPIC, a.partition, validate_records(batch), -1, self._commit_timeout_ms
-            )
-            code = result.error_code
+            code = await self._verify(a)
+            if code == Errors.NONE:
+                result = await self._replicas.produce(
+                    OFFSETS_TOPIC,
+                    a.partition,
+                    validate_records(batch),
+                    -1,
+                    self._commit_timeout_ms,
+                )
+                code, base_offset = result.error_code, getattr(result, "base_offset", -1)
         except Exception:
             log.exception("append to %s-%d failed", OFFSETS_TOPIC, a.partition)
             code = Errors.UNKNOWN_SERVER_ERROR
         if code != Errors.NONE:
             log.info("append to %s-%d failed: error %d", OFFSETS_TOPIC, a.partition, code)
-        self._process(self.core.on_append_done(a.write_id, code, self._clock.wall_ms()))
+        now = self._clock.wall_ms()
+        self._process(self.core.on_append_done(a.write_id, code, now, base_offset))
+
+    async def _verify(self, a: Append) -> int:
+        """KIP-890 part 1, as Kafka's maybeStartTransactionVerificationForPartition: the
+        transaction coordinator must know the offsets partition is in the producer's
+        transaction before its offsets are appended (when a verifier is wired)."""
+        verifier = getattr(self._replicas, "verifier", None)
+        if a.producer_id < 0 or a.transactional_id is None or verifier is None:
+            return Errors.NONE
+        return int(
+            await verifier(
+                a.transactional_id, a.producer_id, a.producer_epoch, OFFSETS_TOPIC, a.partition
+            )
+        )
+
+    def on_txn_marker(self, topic: str, partition: int, producer_id: int, committed: bool) -> None:
+        """ReplicaManager.marker_listeners: a marker was appended on a partition we lead;
+        for __consumer_offsets, the producer's pending transactional offsets of the
+        groups there become committed (or are dropped on abort)."""
+        if topic == OFFSETS_TOPIC:
+            self._process(self.core.on_txn_marker(partition, producer_id, committed))
 
     # -- timers --------------------------------------------------------------------------------
 
@@ -221,7 +267,7 @@ class GroupCoordinator:
         if h is None:
             return
         started = self._clock.monotonic_ms()
-        records: list[tuple[bytes | None, bytes | None]] = []
+        records: list[LoadedRecord | TxnMarker] = []
         lg = h.log
         offset, end = lg.log_start_offset, lg.log_end_offset
         try:
@@ -232,10 +278,18 @@ class GroupCoordinator:
                     break
                 moved = False
                 for view in iter_batches(memoryview(bytes(raw))):
-                    if view.next_offset <= offset or view.is_control:
+                    if view.next_offset <= offset:
                         continue
-                    for r in decode_batch(view).records:
-                        records.append((r.key, r.value))
+                    decoded = decode_batch(view)
+                    if view.is_control:
+                        # A transaction's end: its transactional offsets apply or drop.
+                        committed = _marker_committed(decoded.records)
+                        if committed is not None:
+                            records.append(TxnMarker(view.producer_id, committed))
+                    else:
+                        pid = view.producer_id if view.is_transactional else -1
+                        for r in decoded.records:
+                            records.append(LoadedRecord(r.key, r.value, view.base_offset, pid))
                     offset, moved = view.next_offset, True
                 if not moved:
                     break

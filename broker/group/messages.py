@@ -12,6 +12,24 @@ from common.errors import Errors
 T = TypeVar("T")
 
 
+def txn_write_error(code: int) -> int:
+    """Kafka's maybeConvertOffsetCommitError for TxnOffsetCommit: the producer's own
+    errors (fenced epoch, invalid state) reach it unchanged."""
+    if code in (
+        Errors.UNKNOWN_TOPIC_OR_PARTITION,
+        Errors.NOT_ENOUGH_REPLICAS,
+        Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        Errors.REQUEST_TIMED_OUT,
+        Errors.NOT_LEADER_OR_FOLLOWER,
+        Errors.KAFKA_STORAGE_ERROR,
+        Errors.NOT_COORDINATOR,
+        Errors.MESSAGE_TOO_LARGE,
+        Errors.RECORD_LIST_TOO_LARGE,
+    ):
+        return write_error(code, offsets=True)
+    return code
+
+
 def write_error(code: int, offsets: bool) -> int:
     """What a failed append to __consumer_offsets answers (Kafka's GroupMetadataManager:
     the client must find the coordinator again, or retry)."""
@@ -101,6 +119,39 @@ class CommitRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class TxnCommitRequest:
+    """TxnOffsetCommit: v0-2 carry no member (generation -1, member "")."""
+
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    offsets: list[OffsetCommit]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedRecord:
+    """A record of __consumer_offsets as loading reads it: the offset of its batch
+    and, for a transactional batch, its producer id (-1 otherwise)."""
+
+    key: bytes | None
+    value: bytes | None
+    batch_offset: int
+    producer_id: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """A commit or abort control batch of a producer, as loading reads it."""
+
+    producer_id: int
+    committed: bool
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionResults:
     """Per-partition error codes (OffsetCommit, OffsetDelete) plus a group-level one."""
 
@@ -122,6 +173,11 @@ class Append:
     write_id: int
     partition: int
     records: tuple[tuple[bytes, bytes | None], ...]
+    # A transactional batch (TxnOffsetCommit): the producer's id and epoch, and the
+    # transactional id for KIP-890 verification; producer_id -1 for a plain batch.
+    producer_id: int = -1
+    producer_epoch: int = -1
+    transactional_id: str | None = None
 
 
 Out = Reply[T] | Append

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from broker.group import messages as m
-from broker.group.group import Group, GroupState
+from broker.group.group import Group, GroupState, PendingTxnOffset
 from broker.group.messages import Append, Out, Reply
 from broker.group.records import (
     GroupKey,
@@ -50,6 +50,9 @@ class OffsetsMixin(Generic[T]):
             partition: int,
             records: list[tuple[bytes, bytes | None]],
             then: Callable[[int, int], list[Out[T]]] | None = None,
+            *,
+            then_at: Callable[[int, int, int], list[Out[T]]] | None = None,
+            txn: tuple[str, int, int] | None = None,
         ) -> Append: ...
 
     @staticmethod
@@ -89,14 +92,15 @@ class OffsetsMixin(Generic[T]):
         if not records:
             return [Reply(token, m.PartitionResults(Errors.NONE, results))]
 
-        def stored(code: int, _now: int) -> list[Out[T]]:
+        def stored(code: int, _now: int, base_offset: int) -> list[Out[T]]:
             if code == Errors.NONE and self.groups.get(g.group_id) is g:
                 g.offsets.update(values)
+                g.offset_positions.update(dict.fromkeys(values, base_offset))
             final = Errors.NONE if code == Errors.NONE else m.write_error(code, offsets=True)
             results.update(dict.fromkeys(values, final))
             return [Reply(token, m.PartitionResults(Errors.NONE, results))]
 
-        return [self._append(g.partition, records, stored)]
+        return [self._append(g.partition, records, then_at=stored)]
 
     @staticmethod
     def _commit_allowed(g: Group[Any], req: m.CommitRequest) -> int:
@@ -144,6 +148,7 @@ class OffsetsMixin(Generic[T]):
         # Forget it now, as Kafka does, so nothing joins a group being deleted.
         del self.groups[group_id]
         g.state = GroupState.DEAD
+        g.pending_txn.clear()
 
         def stored(code: int, _now: int) -> list[Out[T]]:
             return [
@@ -178,6 +183,9 @@ class OffsetsMixin(Generic[T]):
             if code == Errors.NONE:
                 for tp in gone:
                     g.offsets.pop(tp, None)
+                    g.offset_positions.pop(tp, None)
+                    for pending in g.pending_txn.values():
+                        pending.pop(tp, None)  # as Kafka's removeOffsets
                 return [Reply(token, m.PartitionResults(Errors.NONE, results))]
             return [Reply(token, m.PartitionResults(m.write_error(code, True)))]
 
@@ -221,7 +229,9 @@ class OffsetsMixin(Generic[T]):
                 }
             for tp in expired:
                 del g.offsets[tp]
-            dead = g.state == GroupState.EMPTY and not g.offsets
+                g.offset_positions.pop(tp, None)
+            # An open transaction's offsets keep the group (Kafka's hasOffsets).
+            dead = g.state == GroupState.EMPTY and not g.offsets and not g.pending_txn
             if dead:
                 del self.groups[g.group_id]
                 g.state = GroupState.DEAD
@@ -232,43 +242,77 @@ class OffsetsMixin(Generic[T]):
     # -- loading -------------------------------------------------------------------------------
 
     def load(
-        self, partition: int, records: Iterable[tuple[bytes | None, bytes | None]], now_ms: int
+        self,
+        partition: int,
+        records: Iterable[tuple[bytes | None, bytes | None] | m.LoadedRecord | m.TxnMarker],
+        now_ms: int,
     ) -> int:
         """Rebuild the groups of `partition` from its records in log order (the last
-        value of a key wins; a null value deletes it). Returns how many records were
-        skipped as unreadable. The partition then serves requests. A load for a
-        partition that is no longer loading (unloaded meanwhile) does nothing."""
+        value of a key wins; a null value deletes it). Transactional offset commits
+        (Kafka's doLoadGroupsAndOffsets) are held per producer id and applied at that
+        producer's commit marker when newer than what is loaded, dropped at its abort
+        marker; those with no marker yet stay pending. Plain (key, value) pairs are
+        non-transactional records at their position in `records`. Returns how many
+        records were skipped as unreadable. The partition then serves requests. A load
+        for a partition that is no longer loading (unloaded meanwhile) does nothing."""
         if self.owned.get(partition) is not False:
             return 0
-        offsets: dict[str, dict[TP, OffsetValue]] = {}
+        offsets: dict[str, dict[TP, tuple[int, OffsetValue]]] = {}
+        pending: dict[int, dict[str, dict[TP, tuple[int, OffsetValue]]]] = {}
         values: dict[str, GroupValue | None] = {}
         bad = 0
-        for key, value in records:
+        for i, item in enumerate(records):
+            if isinstance(item, m.TxnMarker):
+                done = pending.pop(item.producer_id, {})
+                if item.committed:
+                    for gid, per_tp in done.items():
+                        loaded = offsets.setdefault(gid, {})
+                        for tp, pv in per_tp.items():
+                            if tp not in loaded or loaded[tp][0] < pv[0]:
+                                loaded[tp] = pv
+                continue
+            if isinstance(item, m.LoadedRecord):
+                key, value, pos, pid = item.key, item.value, item.batch_offset, item.producer_id
+            else:
+                (key, value), pos, pid = item, i, -1
             try:
                 k = decode_key(key or b"")
                 if isinstance(k, OffsetKey):
-                    per = offsets.setdefault(k.group, {})
+                    if pid >= 0:
+                        per = pending.setdefault(pid, {}).setdefault(k.group, {})
+                    else:
+                        per = offsets.setdefault(k.group, {})
                     if value is None:
                         per.pop((k.topic, k.partition), None)
                     else:
-                        per[(k.topic, k.partition)] = decode_offset_value(value)
+                        per[(k.topic, k.partition)] = (pos, decode_offset_value(value))
                 else:
                     values[k.group] = None if value is None else decode_group_value(value)
             except RecordFormatError:
                 bad += 1
-        for gid in set(offsets) | set(values):
+        open_txn: dict[str, dict[int, dict[TP, tuple[int, OffsetValue]]]] = {}
+        for pid, per_group in pending.items():
+            for gid, per_tp in per_group.items():
+                if per_tp:
+                    open_txn.setdefault(gid, {})[pid] = per_tp
+        for gid in set(offsets) | set(values) | set(open_txn):
             if self.partition_for(gid) != partition:
                 continue
             v = values.get(gid)
             group_offsets = offsets.get(gid, {})
-            if v is None and not group_offsets:
+            if v is None and not group_offsets and gid not in open_txn:
                 continue  # deleted
             g: Group[T] = (
                 Group.from_value(gid, partition, v, now_ms)
                 if v is not None
                 else Group(gid, partition, state_since_ms=now_ms)
             )
-            g.offsets = group_offsets
+            g.offsets = {tp: ov for tp, (_, ov) in group_offsets.items()}
+            g.offset_positions = {tp: pos for tp, (pos, _) in group_offsets.items()}
+            g.pending_txn = {
+                pid: {tp: PendingTxnOffset(ov, pos) for tp, (pos, ov) in per_tp.items()}
+                for pid, per_tp in open_txn.get(gid, {}).items()
+            }
             self.groups[gid] = g
         self.owned[partition] = True
         return bad

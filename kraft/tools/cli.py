@@ -3,7 +3,8 @@
 `dev` (a local cluster), `controller`, `broker`, `topics`, `produce`, `consume`
 (kafka-topics and the console producer/consumer, over the Kafka protocol), `groups`
 (kafka-consumer-groups), `acls` (kafka-acls), `configs` (kafka-configs for SCRAM
-users), `metadata` (like kafka-metadata-shell) and `dump-log` (like kafka-dump-log).
+users), `transactions` (kafka-transactions), `metadata` (like kafka-metadata-shell)
+and `dump-log` (like kafka-dump-log).
 Every client command takes `--command-config client.properties`
 (kraft/tools/client_common.py, client_config.py).
 """
@@ -25,6 +26,7 @@ from kraft.tools import (  # issue 14: elections, describing
     quorum_cli,
     reassign_cli,
     records_cli,
+    transactions_cli,
 )
 
 
@@ -45,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     reassign_cli.add_parser(sub)
     quorum_cli.add_parser(sub)
     records_cli.add_parser(sub)
+    transactions_cli.add_parser(sub)
     # `dev` and `broker` parse their own options (see kraft/tools/dev.py, broker/main.py).
     sub.add_parser("dev", help="run a local cluster (3 controllers, 3 brokers)", add_help=False)
     sub.add_parser("broker", help="run a Kafka-protocol broker", add_help=False)
@@ -74,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         return acls_cli.run(args)
     if args.command in configs_cli.COMMANDS:
         return configs_cli.run(args)
-    for tool in (elect_cli, log_dirs_cli, quorum_cli, reassign_cli, records_cli):
+    for tool in (elect_cli, log_dirs_cli, quorum_cli, reassign_cli, records_cli, transactions_cli):
         if args.command in tool.COMMANDS:
             return tool.run(args)
     # The one command left: `controller`.

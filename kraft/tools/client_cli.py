@@ -103,6 +103,13 @@ def add_parsers(sub: Any) -> None:
         help="an offset, 'earliest' or 'latest' (default latest, earliest with "
         "--from-beginning); needs --partition",
     )
+    consume.add_argument(
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        default="read_uncommitted",
+        help="read_committed: only committed transactions' records, up to the last stable "
+        "offset (default read_uncommitted, as kafka-console-consumer)",
+    )
     consume.add_argument("--max-messages", type=int, help="exit after this many records")
     consume.add_argument("--timeout-ms", type=int, help="exit when no record arrives for this long")
     consume.add_argument(
@@ -343,6 +350,23 @@ def _start_offset(args: argparse.Namespace) -> int:
     return offset
 
 
+def _consumer_conf(args: argparse.Namespace) -> dict[str, Any]:
+    conf = client_conf(
+        args,
+        **{
+            "group.id": "kraft-console-consumer",  # required by the client; never joined
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "allow.auto.create.topics": False,
+            "enable.partition.eof": False,
+            # librdkafka defaults to read_committed; the console consumer to uncommitted.
+            "isolation.level": args.isolation_level,
+        },
+    )
+    conf.update(_pairs(args.consumer_property, "--consumer-property"))
+    return conf
+
+
 def _consume(args: argparse.Namespace, out: BinaryIO) -> int:
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -354,18 +378,7 @@ def _consume(args: argparse.Namespace, out: BinaryIO) -> int:
     start = _start_offset(args)
     if args.max_messages is not None and args.max_messages <= 0:
         return 0
-    conf = client_conf(
-        args,
-        **{
-            "group.id": "kraft-console-consumer",  # required by the client; never joined
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "allow.auto.create.topics": False,
-            "enable.partition.eof": False,
-        },
-    )
-    conf.update(_pairs(args.consumer_property, "--consumer-property"))
-    consumer = watched(Consumer(conf))
+    consumer = watched(Consumer(_consumer_conf(args)))
     # SIGTERM ends the loop like Ctrl-C does.
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     count = 0

@@ -476,6 +476,11 @@ _GROUP_REQUESTS: dict[int, dict[str, Any]] = {
     16: {"states_filter": [], "types_filter": []},
     42: {"groups_names": ["g"]},
     47: {"group_id": "g", "topics": [{"name": "t", "partitions": [{"partition_index": 0}]}]},
+    28: {"transactional_id": "x", "group_id": "g", "producer_id": 1, "producer_epoch": 0,
+         "generation_id": -1, "member_id": "", "group_instance_id": None,
+         "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                  "committed_leader_epoch": -1,
+                                                  "committed_metadata": ""}]}]},
 }  # fmt: skip
 
 

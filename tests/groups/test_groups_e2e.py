@@ -327,3 +327,43 @@ def test_consumer_offsets_is_compacted_and_reloads_the_latest_commits(
     finally:
         cluster.restart_broker(victim)
         cluster.wait_brokers_unfenced({victim}, offset, 60)
+
+
+def test_txn_offset_commit_stays_pending_until_its_transaction_ends(cluster: ProcCluster) -> None:
+    """A TxnOffsetCommit (raw, v3) is appended and answered, but the group's offset is
+    not committed: OffsetFetch shows none, and with require_stable answers
+    UNSTABLE_OFFSET_COMMIT (88) until the producer's marker lands. (The marker half runs
+    once the partitions write markers: see tests/groups/test_txn_offsets.py for the core.)"""
+    group, topic = "txn-group", "txn-offsets-topic"
+    create_topic(cluster, topic)
+    any_host, any_port = cluster.bootstrap.split(",")[0].rsplit(":", 1)
+
+    def find() -> Any:
+        r = raw_call(any_host, int(any_port), 10, 4, {"key_type": 0, "coordinator_keys": [group]})
+        c = r.coordinators[0]
+        return c if c.error_code == 0 else None
+
+    coord = wait_for(find, 30, "the group's coordinator", cluster.logs)
+    parts = [{"partition_index": 0, "committed_offset": 7, "committed_leader_epoch": -1,
+              "committed_metadata": ""}]  # fmt: skip
+    body = {"transactional_id": "txn-1", "group_id": group, "producer_id": 4242,
+            "producer_epoch": 0, "generation_id": -1, "member_id": "", "group_instance_id": None,
+            "topics": [{"name": topic, "partitions": parts},
+                       {"name": "no-such-topic", "partitions": parts}]}  # fmt: skip
+
+    def commit() -> dict[tuple[str, int], int] | None:
+        r = raw_call(coord.host, coord.port, 28, 3, body)
+        got = {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
+        return None if got[(topic, 0)] in (14, 15, 16) else got  # not loaded here yet
+
+    got = wait_for(commit, 30, "the coordinator to take the commit", cluster.logs)
+    assert got == {(topic, 0): 0, ("no-such-topic", 0): 3}
+
+    def fetch(stable: bool) -> tuple[int, int]:
+        wanted = [{"name": topic, "partition_indexes": [0]}]
+        req = {"groups": [{"group_id": group, "topics": wanted}], "require_stable": stable}
+        [t] = raw_call(coord.host, coord.port, 9, 8, req).groups[0].topics
+        return t.partitions[0].committed_offset, t.partitions[0].error_code
+
+    assert fetch(False) == (-1, 0)
+    assert fetch(True) == (-1, 88)

@@ -25,7 +25,9 @@ class Harness:
         )
         self.now = 0
         self.answers: dict[str, object] = {}
-        self.log: dict[int, list[tuple[bytes, bytes | None]]] = {p: [] for p in range(partitions)}
+        # Per partition, what was appended: plain records as (key, value), transactional
+        # ones as LoadedRecord, markers as TxnMarker; a record's position is its index.
+        self.log: dict[int, list[Any]] = {p: [] for p in range(partitions)}
         self.held: list[Append] = []
         self.hold = False  # keep appends in flight until `release`
         self.fail_code = Errors.NONE  # what the next appends end with
@@ -48,9 +50,19 @@ class Harness:
                 self.complete(o, self.fail_code)
 
     def complete(self, a: Append, code: int) -> None:
+        log = self.log[a.partition]
+        base = len(log)
         if code == Errors.NONE:
-            self.log[a.partition].extend(a.records)
-        self.run(self.core.on_append_done(a.write_id, code, self.now))
+            if a.producer_id >= 0:
+                log.extend(m.LoadedRecord(k, v, base, a.producer_id) for k, v in a.records)
+            else:
+                log.extend(a.records)
+        self.run(self.core.on_append_done(a.write_id, code, self.now, base))
+
+    def marker(self, partition: int, producer_id: int, committed: bool) -> None:
+        """The transaction coordinator's marker lands on an offsets partition."""
+        self.log[partition].append(m.TxnMarker(producer_id, committed))
+        self.run(self.core.on_txn_marker(partition, producer_id, committed))
 
     def release(self, code: int = Errors.NONE) -> None:
         held, self.held = self.held, []
@@ -144,6 +156,29 @@ class Harness:
             [m.OffsetCommit(tp[0], tp[1], off, -1, "") for tp, off in offsets.items()],
         )
         self.run(self.core.commit(t, req, self.now))
+        return t
+
+    def txn_commit(
+        self,
+        group: str,
+        producer_id: int,
+        offsets: dict[tuple[str, int], int],
+        member_id: str = "",
+        generation: int = -1,
+        epoch: int = 0,
+    ) -> str:
+        t = self.token("txn-commit")
+        req = m.TxnCommitRequest(
+            "txn",
+            group,
+            producer_id,
+            epoch,
+            generation,
+            member_id,
+            None,
+            [m.OffsetCommit(tp[0], tp[1], off, -1, "") for tp, off in offsets.items()],
+        )
+        self.run(self.core.txn_commit(t, req, self.now))
         return t
 
     def tick(self, ms: int) -> None:

@@ -270,6 +270,17 @@ def _offset_delete(c: RawClient, v: int, t: Target) -> None:
     assert resp.error_code == GROUP_DENIED and resp.topics == ()
 
 
+def _txn_offset_commit(c: RawClient, v: int, t: Target) -> None:
+    """Kafka checks WRITE on the transactional id first, then READ on the group."""
+    parts = [{"partition_index": p, "committed_offset": 0, "committed_leader_epoch": -1,
+              "committed_metadata": ""} for p in (0, 1)]  # fmt: skip
+    data = {"transactional_id": "txn", "group_id": t.group, "producer_id": 1,
+            "producer_epoch": 0, "generation_id": -1, "member_id": "",
+            "group_instance_id": None,
+            "topics": [{"name": t.topic, "partitions": parts}]}  # fmt: skip
+    assert codes(call(c, 28, v, data).topics) == [TXN_DENIED, TXN_DENIED]
+
+
 # -- security APIs (Kafka: DESCRIBE or ALTER on the cluster) ---------------------------------
 
 
@@ -351,6 +362,7 @@ REFUSALS: dict[int, Check] = {
     ApiKey.CREATE_PARTITIONS: _create_partitions,
     ApiKey.DELETE_GROUPS: _delete_groups,
     ApiKey.OFFSET_DELETE: _offset_delete,
+    ApiKey.TXN_OFFSET_COMMIT: _txn_offset_commit,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _describe_scram,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _alter_scram,
     ApiKey.DESCRIBE_CLUSTER: _describe_cluster,

@@ -1,0 +1,147 @@
+"""Transactional offset commits for the coordinator core (a mixin of
+`GroupCoordinatorCore`): Kafka's TxnOffsetCommit and GroupMetadata's
+pendingTransactionalOffsetCommits.
+
+A TxnOffsetCommit appends its offsets to `__consumer_offsets` as a transactional batch
+of the request's producer id and epoch. They are held pending per producer id and
+become the group's committed offsets only when that producer's commit marker is
+written to the group's partition (`on_txn_marker`); its abort marker drops them. A
+committed transactional offset replaces the current one only if its record is newer
+in the log (a plain commit written after it wins), as Kafka compares batch offsets.
+OffsetFetch with require_stable sees the pending ones as UNSTABLE_OFFSET_COMMIT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from broker.group import messages as m
+from broker.group.group import Group, GroupState, PendingTxnOffset
+from broker.group.messages import Append, Out, Reply
+from broker.group.records import OffsetKey, OffsetValue, encode_key, encode_offset_value
+from common.errors import Errors
+
+if TYPE_CHECKING:
+    from broker.group.config import GroupConfig
+
+T = TypeVar("T")
+TP = tuple[str, int]
+
+
+class TxnOffsetsMixin(Generic[T]):
+    config: GroupConfig
+    groups: dict[str, Group[T]]
+
+    if TYPE_CHECKING:
+
+        def check(self, group_id: str) -> int: ...
+        def partition_for(self, group_id: str) -> int: ...
+        def _append(
+            self,
+            partition: int,
+            records: list[tuple[bytes, bytes | None]],
+            then: Callable[[int, int], list[Out[T]]] | None = None,
+            *,
+            then_at: Callable[[int, int, int], list[Out[T]]] | None = None,
+            txn: tuple[str, int, int] | None = None,
+        ) -> Append: ...
+
+    def txn_commit(self, token: T, req: m.TxnCommitRequest, now_ms: int) -> list[Out[T]]:
+        """TxnOffsetCommit (Kafka's handleTxnCommitOffsets + storeOffsets with a
+        producer id): answered per partition once the transactional batch is appended."""
+
+        def answer(code: int) -> list[Out[T]]:
+            parts = {(o.topic, o.partition): code for o in req.offsets}
+            return [Reply(token, m.PartitionResults(Errors.NONE, parts))]
+
+        if (code := self.check(req.group_id)) != Errors.NONE:
+            return answer(code)
+        g = self.groups.get(req.group_id)
+        if g is None:
+            g = Group(req.group_id, self.partition_for(req.group_id), state_since_ms=now_ms)
+            self.groups[req.group_id] = g
+        if (code := self._txn_commit_allowed(g, req)) != Errors.NONE:
+            return answer(code)
+        results: dict[TP, int] = {}
+        records: list[tuple[bytes, bytes | None]] = []
+        values: dict[TP, OffsetValue] = {}
+        for o in req.offsets:
+            tp = (o.topic, o.partition)
+            metadata = o.metadata or ""
+            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+                results[tp] = Errors.OFFSET_METADATA_TOO_LARGE
+                continue
+            values[tp] = OffsetValue(o.offset, o.leader_epoch, metadata, now_ms)
+            records.append(
+                (encode_key(OffsetKey(g.group_id, *tp)), encode_offset_value(values[tp]))
+            )
+        if not records:
+            return [Reply(token, m.PartitionResults(Errors.NONE, results))]
+        pid = req.producer_id
+        # prepareTxnOffsetCommit: pending (not yet appended) from now on, so a
+        # require_stable OffsetFetch already waits for it.
+        staged = {tp: PendingTxnOffset(v) for tp, v in values.items()}
+        g.pending_txn.setdefault(pid, {}).update(staged)
+
+        def stored(code: int, _now: int, base_offset: int) -> list[Out[T]]:
+            mine = g.pending_txn.get(pid, {})
+            for tp, entry in staged.items():
+                if mine.get(tp) is not entry:
+                    continue  # replaced by a later commit, or its marker came first
+                if code == Errors.NONE:
+                    entry.position = base_offset  # onTxnOffsetCommitAppend
+                else:
+                    del mine[tp]  # failPendingTxnOffsetCommit
+            if not mine:
+                g.pending_txn.pop(pid, None)
+            final = Errors.NONE if code == Errors.NONE else m.txn_write_error(code)
+            results.update(dict.fromkeys(values, final))
+            return [Reply(token, m.PartitionResults(Errors.NONE, results))]
+
+        txn = (req.transactional_id, pid, req.producer_epoch)
+        return [self._append(g.partition, records, then_at=stored, txn=txn)]
+
+    @staticmethod
+    def _txn_commit_allowed(g: Group[Any], req: m.TxnCommitRequest) -> int:
+        """Kafka's validateOffsetCommit with isTransactional: the member and generation
+        are checked only when the request names them (v3+); v0-2 carry neither."""
+        if g.state == GroupState.DEAD:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        if req.generation_id < 0 and g.state == GroupState.EMPTY:
+            return Errors.NONE
+        if req.generation_id >= 0 or req.member_id or req.group_instance_id is not None:
+            code = g.member_error(req.member_id, req.group_instance_id)
+            if code != Errors.NONE:
+                return code
+            if req.generation_id != g.generation_id:
+                return Errors.ILLEGAL_GENERATION
+        return Errors.NONE
+
+    def on_txn_marker(self, partition: int, producer_id: int, committed: bool) -> list[Out[T]]:
+        """A commit or abort marker of `producer_id` was written to `partition` of
+        __consumer_offsets (Kafka's handleTxnCompletion): its pending offsets in the
+        groups of that partition become committed, or are dropped."""
+        for g in self.groups.values():
+            if g.partition != partition:
+                continue
+            pending = g.pending_txn.pop(producer_id, None)
+            if not pending or not committed:
+                continue
+            for tp, entry in pending.items():
+                if entry.position is None:
+                    continue  # its append has not finished: nothing was promised
+                current = g.offset_positions.get(tp)
+                if tp not in g.offsets or current is None or current < entry.position:
+                    g.offsets[tp] = entry.value
+                    g.offset_positions[tp] = entry.position
+        return []
+
+    def unstable_partitions(self, group_id: str, partitions: list[TP] | None) -> set[TP]:
+        """The partitions (of `partitions`, None: all) with a transactional commit still
+        pending: OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT."""
+        g = self.groups.get(group_id)
+        if g is None:
+            return set()
+        out = {tp for pending in g.pending_txn.values() for tp in pending}
+        return out if partitions is None else out & set(partitions)
