@@ -330,24 +330,39 @@ def test_consumer_offsets_is_compacted_and_reloads_the_latest_commits(
 
 
 def test_txn_offset_commit_stays_pending_until_its_transaction_ends(cluster: ProcCluster) -> None:
-    """A TxnOffsetCommit (raw, v3) is appended and answered, but the group's offset is
-    not committed: OffsetFetch shows none, and with require_stable answers
-    UNSTABLE_OFFSET_COMMIT (88) until the producer's marker lands. (The marker half runs
-    once the partitions write markers: see tests/groups/test_txn_offsets.py for the core.)"""
-    group, topic = "txn-group", "txn-offsets-topic"
+    """A TxnOffsetCommit (raw, v3) inside a real transaction (InitProducerId and
+    AddOffsetsToTxn with the transaction coordinator) is appended and answered, but the
+    group's offset is not committed: OffsetFetch shows none, and with require_stable
+    answers UNSTABLE_OFFSET_COMMIT (88), until EndTxn's commit marker lands on the
+    offsets partition; then the offset is the group's."""
+    group, topic, tid = "txn-group", "txn-offsets-topic", "txn-1"
     create_topic(cluster, topic)
     any_host, any_port = cluster.bootstrap.split(",")[0].rsplit(":", 1)
 
-    def find() -> Any:
-        r = raw_call(any_host, int(any_port), 10, 4, {"key_type": 0, "coordinator_keys": [group]})
+    def find(key_type: int, key: str) -> Any:
+        r = raw_call(any_host, int(any_port), 10, 4,
+                     {"key_type": key_type, "coordinator_keys": [key]})
         c = r.coordinators[0]
         return c if c.error_code == 0 else None
 
-    coord = wait_for(find, 30, "the group's coordinator", cluster.logs)
+    coord = wait_for(lambda: find(0, group), 30, "the group's coordinator", cluster.logs)
+    txn_coord = wait_for(lambda: find(1, tid), 30, "the transaction coordinator", cluster.logs)
+
+    def init() -> Any:
+        r = raw_call(txn_coord.host, txn_coord.port, 22, 4, {
+            "transactional_id": tid, "transaction_timeout": 60000, "producer_id": -1,
+            "producer_epoch": -1})  # fmt: skip
+        return r if r.error_code == 0 else None
+
+    pid = wait_for(init, 30, "a transactional producer id", cluster.logs)
+    txn = {"transactional_id": tid, "producer_id": pid.producer_id,
+           "producer_epoch": pid.producer_epoch}  # fmt: skip
+    added = raw_call(txn_coord.host, txn_coord.port, 25, 3, {**txn, "group_id": group})
+    assert added.error_code == 0
     parts = [{"partition_index": 0, "committed_offset": 7, "committed_leader_epoch": -1,
               "committed_metadata": ""}]  # fmt: skip
-    body = {"transactional_id": "txn-1", "group_id": group, "producer_id": 4242,
-            "producer_epoch": 0, "generation_id": -1, "member_id": "", "group_instance_id": None,
+    body = {**txn, "group_id": group, "generation_id": -1, "member_id": "",
+            "group_instance_id": None,
             "topics": [{"name": topic, "partitions": parts},
                        {"name": "no-such-topic", "partitions": parts}]}  # fmt: skip
 
@@ -367,3 +382,7 @@ def test_txn_offset_commit_stays_pending_until_its_transaction_ends(cluster: Pro
 
     assert fetch(False) == (-1, 0)
     assert fetch(True) == (-1, 88)
+    ended = raw_call(txn_coord.host, txn_coord.port, 26, 3, {**txn, "committed": True})
+    assert ended.error_code == 0
+    wait_for(lambda: fetch(True) == (7, 0), 30, "the offset to be committed by the marker",
+             cluster.logs)
