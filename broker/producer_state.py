@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from common.errors import Errors
 from common.varint import read_varint
+from storage.control_batch import NO_SEQUENCE
 from storage.record_batch import (
     CONTROL_MASK,
     HEADER_SIZE,
@@ -284,7 +285,17 @@ class ProducerStateManager:
                 epoch, last = -1, -1
             open_here = entry is not None and entry.current_txn_first_offset >= 0
             ongoing = in_txn.get(h.producer_id, open_here)
-            if entry is not None or h.producer_id in staged:
+            if h.base_sequence == NO_SEQUENCE:
+                # A coordinator's write (TxnOffsetCommit's offsets carry the producer's
+                # id and epoch but no sequence): Kafka checks only the epoch for the
+                # COORDINATOR origin.
+                if h.producer_epoch < epoch:
+                    raise ProducerStateError(
+                        Errors.INVALID_PRODUCER_EPOCH,
+                        f"producer {h.producer_id} epoch {h.producer_epoch} is older than "
+                        f"the current epoch {epoch}",
+                    )
+            elif entry is not None or h.producer_id in staged:
                 self._check_sequence(h, epoch, last)
             if ongoing and not h.is_transactional:
                 raise ProducerStateError(
@@ -375,7 +386,8 @@ class ProducerStateManager:
             elif h.producer_epoch < entry.epoch:
                 continue  # an older epoch's batch (a follower replaying history)
             entry.new_epoch(h.producer_epoch)
-            entry.batches.append(BatchMetadata(h.base_sequence, h.last_seq, base, last))
+            if h.base_sequence != NO_SEQUENCE:  # a coordinator's write is never retried
+                entry.batches.append(BatchMetadata(h.base_sequence, h.last_seq, base, last))
             entry.last_timestamp = h.max_timestamp
             if h.is_transactional:
                 self._guards.pop(h.producer_id, None)
