@@ -369,6 +369,7 @@ def _new_group(log: Log, base: int, now_ms: int) -> _Group:
         created_ms=now_ms,
         suffix=CLEANED_SUFFIX,
     )
+    seg.txn_index.create()  # see log_loader._adopt_renamed_txn_index
     return _Group(seg, end=base)
 
 

@@ -120,10 +120,11 @@ def complete_swaps(
 def _adopt_renamed_txn_index(directory: Path, swap: LogSegment) -> None:
     """A crash between the renames of a swap's files to their final names may have left
     its `.txnindex` already renamed; unlike the other indexes it cannot be rebuilt from
-    the log here. `change_suffix` renames the time index just before it, so a missing
-    `.timeindex.swap` means a plain `<base>.txnindex` is the swap's own (the replaced
-    segment's was deleted before the renames began): take it back before old files go."""
-    if swap.txn_index.path.exists() or not swap.time_index.was_missing:
+    the log here. The cleaner always creates a cleaned segment's `.txnindex` (even
+    empty), and the replaced segment's own was deleted before these renames began, so a
+    swap without `.txnindex.swap` owns the plain `<base>.txnindex`: take it back before
+    the old files go."""
+    if swap.txn_index.path.exists():
         return
     plain = directory / segment_name(swap.base_offset, TXN_INDEX_SUFFIX)
     if plain.exists():

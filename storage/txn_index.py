@@ -106,6 +106,13 @@ class TransactionIndex:
         self._file_size += ENTRY_SIZE
         self._dirty = True
 
+    def create(self) -> None:
+        """Create the (empty) file now rather than at the first entry: a cleaned segment's
+        must exist, so that recovery can tell where a swap's renames stopped."""
+        if not self.path.exists():
+            self.path.touch()
+            self._dirty = True
+
     def truncate_to(self, offset: int) -> None:
         """Drop the entries with last offset >= `offset` (Kafka's truncateTo)."""
         keep = len(self._entries)

@@ -6,6 +6,7 @@ needed, and nothing at or above the first unstable offset is touched. Real files
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -395,3 +396,33 @@ def test_an_aborted_record_never_hides_an_older_committed_one(tmp_path: Path) ->
     t.log.roll()
     t.clean()
     assert values(t.log) == [(0, b"k", b"old")]
+
+
+def test_a_crash_while_the_loader_completes_a_transactional_swap(tmp_path: Path) -> None:
+    reference = crash_fixture(tmp_path / "reference")
+    with crash_at(None) as calls:
+        reference.clean()
+    aborts = reference.log.collect_aborted_txns(0, 1000)
+    done = steps(calls)
+    # Every step from the swap's commit (.log.cleaned renamed) to its end.
+    commit = next(
+        i for i, c in enumerate(done) if c.startswith("replace") and c.endswith(".log.cleaned")
+    )
+    for step in range(commit + 1, len(done)):
+        t = crash_fixture(tmp_path / f"crash-{step}")
+        with crash_at(step), pytest.raises(SimulatedCrash):
+            t.clean()
+        abandon(t.log)
+        crashed = tmp_path / f"crashed-{step}"
+        shutil.copytree(t.log.dir, crashed)
+        with crash_at(None) as loader_calls:
+            Log(t.log.dir, t.log.config, clock=Clock()).close()
+        for second in range(len(steps(loader_calls))):
+            copy = tmp_path / f"copy-{step}-{second}" / "t-0"
+            shutil.copytree(crashed, copy)
+            with crash_at(second), pytest.raises(SimulatedCrash):
+                Log(copy, t.log.config, clock=Clock())
+            reopened = Log(copy, t.log.config, clock=Clock())
+            assert reopened.txn_indexes_ok(), (step, second)
+            assert reopened.collect_aborted_txns(0, 1000) == aborts, (step, second)
+            assert values(reopened) == values(reference.log), (step, second)
