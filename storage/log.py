@@ -3,7 +3,8 @@
 Append validated batches (as leader: assign offsets and stamp the leader epoch in
 place; as follower: keep the leader's offsets), read slices bounded by a max offset
 (the HW), look up by timestamp, truncate, move the log start, apply retention, flush,
-and recover a torn tail after a crash. Mirrors Kafka's UnifiedLog/LocalLog.
+and recover a torn tail after a crash. Mirrors Kafka's UnifiedLog/LocalLog. The
+transaction side (aborted-transaction indexes, producer snapshots) is storage/log_txn.py.
 
 Thread safety: every public method takes the log's lock, except that `flush` does its
 fsyncs outside it so a background flush never stalls appends.
@@ -15,7 +16,7 @@ import bisect
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from common.clock import SYSTEM_CLOCK
@@ -78,6 +79,14 @@ class Log(TxnLogMixin):
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
         self.on_roll: Callable[[int], None] | None = None  # see TxnLogMixin.on_roll
+        # Set by the partition layer for the log cleaner (storage/cleaner.py plan_cleaning),
+        # which calls them from its worker thread: they must not iterate state the event
+        # loop mutates (return a value kept up to date, or a copy made in one C call).
+        # The first unstable offset (the LEO when no transaction is open): the cleaner's
+        # bound. None: not known, and the cleaner leaves transactional batches alone.
+        self.first_unstable_offset_fn: Callable[[], int] | None = None
+        # Active producers: producer id -> (last data offset or -1, epoch). None: unknown.
+        self.active_producers_fn: Callable[[], Mapping[int, tuple[int, int]]] | None = None
         loaded = load_log(
             self.dir,
             self._new_segment,

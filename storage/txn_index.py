@@ -95,14 +95,23 @@ class TransactionIndex:
                 f"aborted transaction last offset {txn.last_offset} is not above the "
                 f"previous one {self._entries[-1].last_offset} in {self.path}"
             )
-        if self._torn:
-            # Never append behind a torn entry: every later entry would be misaligned.
+        if self._torn or self._bad_version is not None:
+            # Never append behind a torn or unreadable entry: the new one would be
+            # misaligned or unreadable too. What was there could not be read anyway.
+            self._bad_version = None
             self._rewrite()
         with open(self.path, "ab") as f:
             f.write(txn.to_bytes())
         self._entries.append(txn)
         self._file_size += ENTRY_SIZE
         self._dirty = True
+
+    def create(self) -> None:
+        """Create the (empty) file now rather than at the first entry: a cleaned segment's
+        must exist, so that recovery can tell where a swap's renames stopped."""
+        if not self.path.exists():
+            self.path.touch()
+            self._dirty = True
 
     def truncate_to(self, offset: int) -> None:
         """Drop the entries with last offset >= `offset` (Kafka's truncateTo)."""
@@ -137,6 +146,9 @@ class TransactionIndex:
         """fsync the file, if anything changed since the last flush."""
         if not self._dirty:
             return
+        # Cleared first: an append racing with this fsync (the log flushes outside its
+        # lock) sets it again, so the next flush covers it.
+        self._dirty = False
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
@@ -145,7 +157,6 @@ class TransactionIndex:
             os.fsync(fd)
         finally:
             os.close(fd)
-        self._dirty = False
 
     def close(self) -> None:
         """Nothing stays open between calls; present for symmetry with the other indexes."""
