@@ -14,6 +14,7 @@ cleaner keeps segments contiguous too: a cleaned segment ends where its original
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +25,12 @@ from storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     LogSegment,
     check_index_or_none,
+    segment_name,
 )
+from storage.txn_index import TransactionIndex
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +97,7 @@ def complete_swaps(
             continue
         swap = open_swap(int(stem))
         try:
+            _adopt_renamed_txn_index(directory, swap)
             if swap.offset_index.was_missing or swap.time_index.was_missing:
                 swap.recover(max_batch_size)  # its indexes were not renamed yet: rebuild
             first, end = swap.base_offset, swap.next_offset()
@@ -112,9 +117,23 @@ def complete_swaps(
             swap.close()
 
 
+def _adopt_renamed_txn_index(directory: Path, swap: LogSegment) -> None:
+    """A crash between the renames of a swap's files to their final names may have left
+    its `.txnindex` already renamed; unlike the other indexes it cannot be rebuilt from
+    the log here. `change_suffix` renames the time index just before it, so a missing
+    `.timeindex.swap` means a plain `<base>.txnindex` is the swap's own (the replaced
+    segment's was deleted before the renames began): take it back before old files go."""
+    if swap.txn_index.path.exists() or not swap.time_index.was_missing:
+        return
+    plain = directory / segment_name(swap.base_offset, TXN_INDEX_SUFFIX)
+    if plain.exists():
+        os.replace(plain, swap.txn_index.path)
+        swap.txn_index = TransactionIndex(swap.txn_index.path, swap.base_offset)
+
+
 def _segment_file_base(name: str) -> int | None:
-    """The base offset of a segment's `.log`, `.index` or `.timeindex` file, else None."""
-    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+    """The base offset of a segment's `.log`, `.index`, `.timeindex` or `.txnindex` file."""
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
         if name.endswith(suffix) and name[: -len(suffix)].isdigit():
             return int(name[: -len(suffix)])
     return None
@@ -128,7 +147,7 @@ def _segment_bases(directory: Path) -> list[int]:
             path.unlink(missing_ok=True)  # leftovers of an interrupted operation
         elif name.endswith(LOG_SUFFIX) and name[: -len(LOG_SUFFIX)].isdigit():
             bases.append(int(name[: -len(LOG_SUFFIX)]))
-    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):  # indexes whose log is gone
+    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):  # indexes whose log is gone
         for path in directory.glob(f"*{suffix}"):
             stem = path.name[: -len(suffix)]
             if stem.isdigit() and int(stem) not in bases:
