@@ -162,19 +162,15 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
         for t in sorted(targets):
             top = t.split(".")[0]
             if top != own and top not in allowed:
-                out.append(
-                    f"{module} imports {t} ({row}/ may import only "
-                    f"{sorted(allowed) or 'nothing of ours'})"
-                )
+                out.append(f"{module} imports {t} ({row}/ may import only "
+                           f"{sorted(allowed) or 'nothing of ours'})")
     return out
 
 
 def test_no_import_cycles() -> None:
     graph = import_graph([*{r.split(".")[0] for r in LAYER_RULES}, *CYCLES_ONLY])
-    lines = [
-        f"import cycle: {' -> '.join(one_cycle(graph, c))} (modules: {sorted(c)})"
-        for c in sorted(cycles(graph), key=sorted)
-    ]
+    lines = [f"import cycle: {' -> '.join(one_cycle(graph, c))} (modules: {sorted(c)})"
+             for c in sorted(cycles(graph), key=sorted)]
     assert not lines, "\n".join(lines)
 
 
@@ -197,13 +193,8 @@ def test_the_graph_sees_every_kind_of_import(tmp_path: Path) -> None:
         "if TYPE_CHECKING:\n    from spark_jobs.options import TP\n"
     )
     assert imports_of("spark_jobs.fake", fake, modules) == {
-        "spark_jobs.planner",
-        "spark_jobs.options",
-    }
+        "spark_jobs.planner", "spark_jobs.options"}
     relative = tmp_path / "rel.py"
     relative.write_text("from . import planner\nfrom .options import TP\nfrom .. import broker\n")
     assert imports_of("spark_jobs.rel", relative, modules | {"broker"}) == {
-        "spark_jobs.planner",
-        "spark_jobs.options",
-        "broker",
-    }
+        "spark_jobs.planner", "spark_jobs.options", "broker"}

@@ -93,10 +93,8 @@ def broker_knows(c: ProcCluster, broker: int, topic: str) -> bool:
     with closing(raw_to(c, broker)) as raw:
         resp = raw.call(3, 12, request(3, 12, {"topics": named, **flags}))
     t = resp.topics[0]
-    return (
-        t.error_code == 0
-        and bool(t.partitions)
-        and all(p.error_code == 0 and p.leader_id >= 0 for p in t.partitions)
+    return t.error_code == 0 and bool(t.partitions) and all(
+        p.error_code == 0 and p.leader_id >= 0 for p in t.partitions
     )
 
 
@@ -259,7 +257,6 @@ def test_log_start_survives_a_crash(cluster: ProcCluster) -> None:
     cluster.kill_broker(5)
     cluster.restart_broker(5)
     wait_for(lambda: leader_of(cluster, topic) == 5, 60, "broker 5 leads again", cluster.logs)
-
     # The first answer the restarted leader gives (a client may not find it at once).
     def answered() -> int | None:
         offset = int(list_offset(cluster, topic, OffsetSpec.earliest()).offset)

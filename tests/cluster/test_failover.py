@@ -52,7 +52,9 @@ FOLLOWER_HOLD_S = LAG_MS / 2000  # followers paused up to the leader kill, stayi
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[ProcCluster]:
-    c = ProcCluster(tmp_path / "data", controller_props=CONTROLLER_PROPS, broker_props=BROKER_PROPS)
+    c = ProcCluster(
+        tmp_path / "data", controller_props=CONTROLLER_PROPS, broker_props=BROKER_PROPS
+    )
     try:
         c.start()
         yield c
@@ -93,10 +95,8 @@ def wait_isr_full(c: ProcCluster, topic: str, n: int, timeout_s: float, when: st
         return (
             parts is not None
             and len(parts) == n
-            and all(
-                p["leader"] >= 0 and set(p["isr"]) == set(p["replicas"]) and len(p["replicas"]) == 3
-                for p in parts.values()
-            )
+            and all(p["leader"] >= 0 and set(p["isr"]) == set(p["replicas"]) and
+                    len(p["replicas"]) == 3 for p in parts.values())
         )
 
     try:
@@ -108,9 +108,8 @@ def wait_isr_full(c: ProcCluster, topic: str, n: int, timeout_s: float, when: st
         ) from None
 
 
-def wait_acks(
-    c: ProcCluster, w: Workload, since: float, partitions: set[int], timeout_s: float, what: str
-) -> None:
+def wait_acks(c: ProcCluster, w: Workload, since: float, partitions: set[int],
+              timeout_s: float, what: str) -> None:
     """Every partition in `partitions` acknowledged a message produced after `since`."""
 
     def probe() -> bool:
@@ -159,33 +158,20 @@ def test_acked_writes_survive_leader_kill_controller_kill_and_follower_pause(
             for f in followers:
                 cluster.resume_broker(f)
         t_kill = time.monotonic()
-        wait_acks(
-            cluster,
-            w,
-            t_kill,
-            {0},
-            LEADER_FAILOVER_S,
-            f"a new leader of p0 to acknowledge after broker {victim} was killed",
-        )
+        wait_acks(cluster, w, t_kill, {0}, LEADER_FAILOVER_S,
+                  f"a new leader of p0 to acknowledge after broker {victim} was killed")
         timings["leader_failover_s"] = round(time.monotonic() - t_kill, 2)
         new = cluster.partitions(topic) or {}
-        assert (
-            new.get(0, {}).get("leader") not in (None, -1, victim)
-            and new[0]["leader_epoch"] > epoch_before
-        ), (
-            f"expected p0 led by a broker other than the killed {victim} with an epoch "
-            f"above {epoch_before}; seen {describe(cluster, topic)}\n{cluster.logs()}"
-        )
+        assert new.get(0, {}).get("leader") not in (None, -1, victim) and \
+            new[0]["leader_epoch"] > epoch_before, (
+                f"expected p0 led by a broker other than the killed {victim} with an epoch "
+                f"above {epoch_before}; seen {describe(cluster, topic)}\n{cluster.logs()}"
+            )
         offset = int((cluster.cluster_state() or {}).get("metadata_offset", -1))
         cluster.restart_broker(victim)
         cluster.wait_brokers_unfenced({victim}, offset, 30)
-        wait_isr_full(
-            cluster,
-            topic,
-            n_parts,
-            30,
-            f"broker {victim} restarted after SIGKILL must rejoin the ISRs",
-        )
+        wait_isr_full(cluster, topic, n_parts, 30,
+                      f"broker {victim} restarted after SIGKILL must rejoin the ISRs")
 
         # b. SIGKILL the active controller; a new one takes over and acks=all keeps working.
         active = cluster.wait_active_controller(15)
@@ -194,21 +180,11 @@ def test_acked_writes_survive_leader_kill_controller_kill_and_follower_pause(
         new_active = cluster.wait_active_controller(15)
         assert new_active.node_id != active.node_id
         timings["controller_failover_s"] = round(time.monotonic() - t_kill, 2)
-        wait_acks(
-            cluster,
-            w,
-            t_kill,
-            set(range(n_parts)),
-            20,
-            f"acks on every partition after controller {active.node_id} was killed",
-        )
+        wait_acks(cluster, w, t_kill, set(range(n_parts)), 20,
+                  f"acks on every partition after controller {active.node_id} was killed")
         cluster.restart_controller(active.node_id)
-        wait_for(
-            lambda: controllers_caught_up(cluster),
-            30,
-            f"controller {active.node_id} to rejoin and catch up",
-            cluster.logs,
-        )
+        wait_for(lambda: controllers_caught_up(cluster), 30,
+                 f"controller {active.node_id} to rejoin and catch up", cluster.logs)
 
         # c. SIGSTOP a follower for 2x replica.lag.time.max.ms: its ISRs shrink to 2 (by
         #    the leader, before the session times out), acks=all goes on; SIGCONT.
@@ -217,21 +193,16 @@ def test_acked_writes_survive_leader_kill_controller_kill_and_follower_pause(
         cluster.pause_broker(paused)
         t_pause = time.monotonic()
         try:
-
             def shrunk() -> dict[int, dict[str, Any]] | None:
                 now = cluster.partitions(topic)
-                if now is None or any(
-                    paused in now[p]["isr"] or len(now[p]["isr"]) != 2 for p in followed
-                ):
+                if now is None or any(paused in now[p]["isr"] or len(now[p]["isr"]) != 2
+                                      for p in followed):
                     return None
                 return now
 
             try:
-                after = wait_for(
-                    shrunk,
-                    3 * SESSION_MS / 1000,
-                    f"the ISRs of p{sorted(followed)} to drop paused broker {paused}",
-                )
+                after = wait_for(shrunk, 3 * SESSION_MS / 1000,
+                                 f"the ISRs of p{sorted(followed)} to drop paused broker {paused}")
             except AssertionError as exc:
                 raise AssertionError(
                     f"{exc}\nexpected: ISR of size 2 without {paused} for partitions "
@@ -248,14 +219,8 @@ def test_acked_writes_survive_leader_kill_controller_kill_and_follower_pause(
             )
             assert all(after[p]["leader"] != paused for p in followed)
             t_after = time.monotonic()
-            wait_acks(
-                cluster,
-                w,
-                t_after,
-                followed,
-                10,
-                f"acks=all on p{sorted(followed)} with broker {paused} paused (ISR 2)",
-            )
+            wait_acks(cluster, w, t_after, followed, 10,
+                      f"acks=all on p{sorted(followed)} with broker {paused} paused (ISR 2)")
             hold = t_pause + 2 * LAG_MS / 1000 - time.monotonic()
             if hold > 0:
                 time.sleep(hold)  # a deliberate pause length, not a synchronisation
@@ -277,8 +242,7 @@ def test_acked_writes_survive_leader_kill_controller_kill_and_follower_pause(
     print(f"failover workload: {w.summary()}; read {len(recs)} records; {timings}")
     assert not problems, (
         "expected every acknowledged value exactly once at its acknowledged offset, one value "
-        "per offset and nothing unsent; found:\n  "
-        + "\n  ".join(problems)
+        "per offset and nothing unsent; found:\n  " + "\n  ".join(problems)
         + f"\nproducer: {w.summary()}; read {len(recs)} records\n{describe(cluster, topic)}"
         + f"\n{cluster.logs()}"
     )
@@ -337,12 +301,8 @@ def test_acks_all_refused_with_two_of_three_replicas_down(cluster: ProcCluster) 
         """One message; returns the delivery error (None: acknowledged)."""
         p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **conf})
         result: list[Any] = []
-        p.produce(
-            topic,
-            value=value.encode(),
-            partition=0,
-            on_delivery=lambda err, msg: result.append(err),
-        )
+        p.produce(topic, value=value.encode(), partition=0,
+                  on_delivery=lambda err, msg: result.append(err))
         p.flush(30)
         assert result, f"expected a delivery report for {value} within 30s"
         return result[0]
@@ -363,13 +323,11 @@ def test_acks_all_refused_with_two_of_three_replicas_down(cluster: ProcCluster) 
         return p0 is not None and list(p0["isr"]) == [survivor] and p0["leader"] == survivor
 
     try:
-        wait_for(
-            isr_is_survivor,
-            3 * SESSION_MS / 1000,
-            f"ISR to shrink to [{survivor}] after killing {killed}",
-        )
+        wait_for(isr_is_survivor, 3 * SESSION_MS / 1000,
+                 f"ISR to shrink to [{survivor}] after killing {killed}")
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\nseen {describe(cluster, topic)}\n{cluster.logs()}") from None
+        raise AssertionError(
+            f"{exc}\nseen {describe(cluster, topic)}\n{cluster.logs()}") from None
 
     m = controller_metrics(cluster)
     assert m["kraft_under_replicated_partitions"] >= 1, m
@@ -382,9 +340,8 @@ def test_acks_all_refused_with_two_of_three_replicas_down(cluster: ProcCluster) 
     while True:
         value = f"refused-{len(refused)}"
         refused.append(value)
-        err = produce_one(
-            value, **{"enable.idempotence": False, "retries": 0, "message.timeout.ms": 10000}
-        )
+        err = produce_one(value, **{"enable.idempotence": False, "retries": 0,
+                                    "message.timeout.ms": 10000})
         errors.append("ack" if err is None else err.name())
         if err is not None and err.code() == KafkaError.NOT_ENOUGH_REPLICAS:
             break
@@ -435,13 +392,8 @@ def test_history_check_catches_each_anomaly() -> None:
         w.sent[f"v-{i:06d}"] = (p, 0.0)
         w.acked.append(Ack(f"v-{i:06d}", p, off, 0.0, 0.0))
     w.sent["v-000005"] = (0, 0.0)  # sent, never acknowledged: may or may not be read
-    good: list[Rec] = [
-        (0, 0, "v-000001"),
-        (0, 1, "v-000003"),
-        (0, 2, "v-000005"),
-        (1, 0, "v-000002"),
-        (1, 1, "v-000004"),
-    ]
+    good: list[Rec] = [(0, 0, "v-000001"), (0, 1, "v-000003"), (0, 2, "v-000005"),
+                       (1, 0, "v-000002"), (1, 1, "v-000004")]
     assert check_history(w, good) == []
     assert check_history(w, [r for r in good if r[2] != "v-000005"]) == []
     cases = {
@@ -450,19 +402,10 @@ def test_history_check_catches_each_anomaly() -> None:
         "never sent": [*good, (1, 2, "v-999999")],
         "inconsistent offset": [*good, (1, 1, "v-000005")],
         "not strictly increasing": [(0, 1, "v-000003"), (0, 0, "v-000001"), *good[2:]],
-        "another offset than acknowledged": [
-            (0, 0, "v-000001"),
-            (0, 2, "v-000003"),
-            (1, 0, "v-000002"),
-            (1, 1, "v-000004"),
-        ],
-        "not sent to": [
-            (0, 0, "v-000001"),
-            (0, 1, "v-000003"),
-            (1, 0, "v-000002"),
-            (1, 1, "v-000004"),
-            (1, 2, "v-000005"),
-        ],
+        "another offset than acknowledged": [(0, 0, "v-000001"), (0, 2, "v-000003"),
+                                             (1, 0, "v-000002"), (1, 1, "v-000004")],
+        "not sent to": [(0, 0, "v-000001"), (0, 1, "v-000003"), (1, 0, "v-000002"),
+                        (1, 1, "v-000004"), (1, 2, "v-000005")],
     }
     for what, recs in cases.items():
         problems = check_history(w, recs)

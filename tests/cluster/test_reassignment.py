@@ -75,9 +75,8 @@ def create_topic(c: ProcCluster, topic: str, assignment: list[list[int]]) -> Non
         return (
             parts is not None
             and len(parts) == len(assignment)
-            and all(
-                p["leader"] >= 0 and len(p["isr"]) == len(p["replicas"]) for p in parts.values()
-            )  # fmt: skip
+            and all(p["leader"] >= 0 and len(p["isr"]) == len(p["replicas"])
+                    for p in parts.values())  # fmt: skip
         )
 
     wait_for(full, 30, f"{topic} led with full ISRs", c.logs)
@@ -175,6 +174,7 @@ def test_reassignment_under_load_survives_a_controller_kill(
         assert {(e["topic"], e["partition"]): e["replicas"] for e in rollback["partitions"]} == {
             (TOPIC, p): rotated(OLD, p) for p in range(PARTITIONS)
         }
+
 
         waited = kraft("reassign", "--bootstrap-server", cluster.bootstrap, "--verify",
                        "--reassignment-json-file", path, "--wait", timeout_s=90)  # fmt: skip

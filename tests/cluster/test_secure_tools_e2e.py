@@ -242,9 +242,8 @@ def test_operations_tools_take_the_command_config(cluster: Cluster) -> None:
     assert "CurrentVoters:" in status
     assert ok(as_admin(cluster, "reassign", "--list")) == "No partition reassignments found.\n"
     for proc in [
-        as_alice(
-            cluster, "leader-election", "--election-type", "PREFERRED", "--all-topic-partitions"
-        ),  # fmt: skip
+        as_alice(cluster, "leader-election", "--election-type", "PREFERRED",
+                 "--all-topic-partitions"),  # fmt: skip
         as_alice(cluster, "log-dirs", "--describe"),
         as_alice(cluster, "reassign", "--list"),
         kraft(*quorum, str(cluster.client_config), "describe", "--status"),

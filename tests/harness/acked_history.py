@@ -93,31 +93,19 @@ class Workload:
                 with self.lock:
                     self.sent[value] = (part, produced_at)
 
-                def on_delivery(
-                    err: Any, msg: Any, value: str = value, produced_at: float = produced_at
-                ) -> None:
+                def on_delivery(err: Any, msg: Any, value: str = value,
+                                produced_at: float = produced_at) -> None:
                     with self.lock:
                         if err is not None:
                             self.failed.append((value, f"{err.name()}: {err.str()}"))
                         else:
-                            self.acked.append(
-                                Ack(
-                                    value,
-                                    msg.partition(),
-                                    msg.offset(),
-                                    produced_at,
-                                    time.monotonic(),
-                                )
-                            )
+                            self.acked.append(Ack(value, msg.partition(), msg.offset(),
+                                                  produced_at, time.monotonic()))
 
                 while True:
                     try:
-                        producer.produce(
-                            self.topic,
-                            value=value.encode(),
-                            partition=part,
-                            on_delivery=on_delivery,
-                        )
+                        producer.produce(self.topic, value=value.encode(), partition=part,
+                                         on_delivery=on_delivery)
                         break
                     except BufferError:
                         producer.poll(0.05)
@@ -196,13 +184,11 @@ def check_history(w: Workload, recs: list[Rec]) -> list[str]:
     never_sent = sorted(v for v in where if v not in w.sent)
     if never_sent:
         problems.append(f"{len(never_sent)} values never sent, e.g. {never_sent[:5]}")
-    wrong_part = sorted(
-        v for v, ws in where.items() if v in w.sent and any(p != w.sent[v][0] for p, _ in ws)
-    )
+    wrong_part = sorted(v for v, ws in where.items() if v in w.sent and
+                        any(p != w.sent[v][0] for p, _ in ws))
     if wrong_part:
-        problems.append(
-            f"{len(wrong_part)} values in a partition they were not sent to, e.g. {wrong_part[:5]}"
-        )
+        problems.append(f"{len(wrong_part)} values in a partition they were not sent to, "
+                        f"e.g. {wrong_part[:5]}")
     lost = [a for a in w.acked if a.value not in where]
     if lost:
         problems.append(

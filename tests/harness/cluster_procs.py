@@ -28,9 +28,8 @@ T = TypeVar("T")
 POLL_S = 0.05
 
 
-def wait_for(
-    probe: Callable[[], T | None], timeout_s: float, what: str, logs: Callable[[], str] = lambda: ""
-) -> T:
+def wait_for(probe: Callable[[], T | None], timeout_s: float, what: str,
+             logs: Callable[[], str] = lambda: "") -> T:
     """Poll `probe` until it returns something other than None (or False)."""
     deadline = time.monotonic() + timeout_s
     last: Any = None
@@ -182,18 +181,13 @@ class ProcCluster:
         return {b["broker_id"] for b in state.get("brokers", []) if b["fenced"]}
 
     def wait_active_controller(self, timeout_s: float) -> NodeProcess:
-        return wait_for(
-            lambda: active_controller(self.controllers),
-            timeout_s,
-            "the running controllers to agree on an active controller",
-            self.logs,
-        )
+        return wait_for(lambda: active_controller(self.controllers), timeout_s,
+                        "the running controllers to agree on an active controller", self.logs)
 
     def wait_brokers_unfenced(self, ids: set[int], after_offset: int, timeout_s: float) -> None:
         def probe() -> bool:
             state = self.cluster_state()
             return state is not None and ids <= unfenced_brokers(state, after_offset)
 
-        wait_for(
-            probe, timeout_s, f"brokers {sorted(ids)} to be registered and unfenced", self.logs
-        )
+        wait_for(probe, timeout_s, f"brokers {sorted(ids)} to be registered and unfenced",
+                 self.logs)

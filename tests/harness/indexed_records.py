@@ -30,32 +30,20 @@ def headers_of(i: int) -> list[tuple[str, bytes | None]]:
     return [] if i % 5 == 0 else [("i", str(i).encode()), ("odd", None if i % 2 else b"even")]
 
 
-def create_topic(
-    c: ProcCluster, name: str, partitions: int, config: dict | None = None, replication: int = 3
-) -> None:
+def create_topic(c: ProcCluster, name: str, partitions: int, config: dict | None = None,
+                 replication: int = 3) -> None:
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
     admin.create_topics([NewTopic(name, partitions, replication, config=config or {})])[
-        name
-    ].result(30)
+        name].result(30)
 
 
 def produce(
-    c: ProcCluster,
-    topic: str,
-    records: Iterator[tuple[int, int]],
-    base_ts: int = BASE_TS,
+    c: ProcCluster, topic: str, records: Iterator[tuple[int, int]], base_ts: int = BASE_TS,
     batch_bytes: int = 1_000_000,
 ) -> None:
     """(index, partition) pairs; key, value, headers and timestamp come from the index."""
-    p = Producer(
-        {
-            "bootstrap.servers": c.bootstrap,
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": 5,
-            "batch.size": batch_bytes,
-        }
-    )
+    p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "enable.idempotence": True,
+                  "linger.ms": 5, "batch.size": batch_bytes})
     failed: list[str] = []
 
     def on_delivery(err: Any, _msg: Any) -> None:
@@ -65,15 +53,8 @@ def produce(
     for i, part in records:
         while True:
             try:
-                p.produce(
-                    topic,
-                    value_of(i),
-                    key_of(i),
-                    partition=part,
-                    timestamp=base_ts + i,
-                    headers=headers_of(i),
-                    on_delivery=on_delivery,
-                )
+                p.produce(topic, value_of(i), key_of(i), partition=part, timestamp=base_ts + i,
+                          headers=headers_of(i), on_delivery=on_delivery)
                 break
             except BufferError:
                 p.poll(0.1)

@@ -37,11 +37,8 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 3, rf: int = 3) -
     admin.create_topics([NewTopic(topic, partitions, rf, config=KEEP)])[topic].result(30)
 
 
-def produce(
-    bootstrap: str,
-    topic: str,
-    records: list[tuple[bytes | None, bytes | None, int, int, list[Header]]],
-) -> None:
+def produce(bootstrap: str, topic: str,
+            records: list[tuple[bytes | None, bytes | None, int, int, list[Header]]]) -> None:
     """Produce (key, value, partition, timestamp_ms, headers) records, in order; raise
     unless every one is acknowledged."""
     failed: list[str] = []
@@ -52,31 +49,20 @@ def produce(
 
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
     for key, value, partition, ts, headers in records:
-        p.produce(
-            topic,
-            value=value,
-            key=key,
-            partition=partition,
-            timestamp=ts,
-            headers=headers or None,
-            on_delivery=report,
-        )
+        p.produce(topic, value=value, key=key, partition=partition, timestamp=ts,
+                  headers=headers or None, on_delivery=report)
     assert p.flush(30) == 0, "records left unacknowledged"
     assert not failed, failed
 
 
 def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[Rec]:
     """Every record of `topic`, from each partition's start to its high watermark."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "verify-never-joined",
-            "enable.auto.commit": False,
-        }
-    )
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify-never-joined",
+                  "enable.auto.commit": False})
     try:
         parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in parts}
         todo = {p for p in parts if ends[p] > 0}
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
         out: list[Rec] = []
@@ -88,17 +74,8 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[Rec]
                 continue
             assert msg.error() is None, msg.error()
             p, off = msg.partition(), msg.offset()
-            out.append(
-                Rec(
-                    topic,
-                    p,
-                    off,
-                    msg.key(),
-                    msg.value(),
-                    tuple(msg.headers() or ()),
-                    msg.timestamp()[1],
-                )
-            )
+            out.append(Rec(topic, p, off, msg.key(), msg.value(),
+                           tuple(msg.headers() or ()), msg.timestamp()[1]))
             if off + 1 >= ends[p]:
                 todo.discard(p)
         return sorted(out, key=lambda r: (r.partition, r.offset))

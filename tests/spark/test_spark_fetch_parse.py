@@ -25,12 +25,9 @@ from spark_jobs.kafka_client import parse_fetch_v12
 
 def part(index: int, records: bytes | None, **kw: object) -> PartitionData:
     return PartitionData(
-        partition_index=i32(index),
-        error_code=kw.get("error", ErrorCode.none),
-        high_watermark=i64(kw.get("hw", 100)),
-        log_start_offset=i64(kw.get("start", 3)),
-        aborted_transactions=kw.get("aborted"),
-        preferred_read_replica=BrokerId(-1),
+        partition_index=i32(index), error_code=kw.get("error", ErrorCode.none),
+        high_watermark=i64(kw.get("hw", 100)), log_start_offset=i64(kw.get("start", 3)),
+        aborted_transactions=kw.get("aborted"), preferred_read_replica=BrokerId(-1),
         records=records,
         diverging_epoch=kw.get("diverging", EpochEndOffset()),
         current_leader=kw.get("leader", LeaderIdAndEpoch()),
@@ -45,43 +42,23 @@ def encode(resp: FetchResponse) -> tuple[bytearray, int]:
     return bytearray(buf.getvalue()), 5
 
 
-def response(
-    *topics: tuple[str, list[PartitionData]], error: ErrorCode = ErrorCode.none
-) -> FetchResponse:
+def response(*topics: tuple[str, list[PartitionData]], error: ErrorCode = ErrorCode.none
+             ) -> FetchResponse:
     return FetchResponse(
-        throttle_time=datetime.timedelta(0),
-        error_code=error,
-        session_id=i32(0),
-        responses=tuple(
-            FetchableTopicResponse(topic=TopicName(t), partitions=tuple(ps)) for t, ps in topics
-        ),
+        throttle_time=datetime.timedelta(0), error_code=error, session_id=i32(0),
+        responses=tuple(FetchableTopicResponse(topic=TopicName(t), partitions=tuple(ps))
+                        for t, ps in topics),
     )
 
 
 def test_finds_its_partition_past_others_with_tags_and_aborted_transactions() -> None:
     aborted = (AbortedTransaction(producer_id=ProducerId(9), first_offset=i64(4)),)
-    frame, pos = encode(
-        response(
-            (
-                "a",
-                [
-                    part(
-                        0,
-                        b"x" * 10,
-                        aborted=aborted,
-                        diverging=EpochEndOffset(epoch=i32(2), end_offset=i64(5)),
-                    )
-                ],
-            ),
-            (
-                "b",
-                [
-                    part(0, None, leader=LeaderIdAndEpoch(leader_id=BrokerId(3))),
-                    part(1, b"records!", hw=42, start=7),
-                ],
-            ),
-        )
-    )
+    frame, pos = encode(response(
+        ("a", [part(0, b"x" * 10, aborted=aborted, diverging=EpochEndOffset(epoch=i32(2),
+                                                                            end_offset=i64(5)))]),
+        ("b", [part(0, None, leader=LeaderIdAndEpoch(leader_id=BrokerId(3))),
+               part(1, b"records!", hw=42, start=7)]),
+    ))
     got = parse_fetch_v12(frame, pos, ("b", 1))
     assert (got.error, got.high_watermark, got.log_start_offset) == (ErrorCode.none, 42, 7)
     assert bytes(got.records) == b"records!"

@@ -49,15 +49,9 @@ def expected_rows(headers: bool) -> list[dict[str, Any]]:
     """The records as the Kafka source's columns, in (partition, offset) order."""
     out, next_offset = [], {0: 0, 1: 0, 2: 0}
     for key, value, p, dt, hs in RECORDS:
-        row = {
-            "key": key,
-            "value": value,
-            "topic": TOPIC,
-            "partition": p,
-            "offset": next_offset[p],
-            "timestamp": T0 + timedelta(milliseconds=dt),
-            "timestampType": 0,
-        }
+        row = {"key": key, "value": value, "topic": TOPIC, "partition": p,
+               "offset": next_offset[p], "timestamp": T0 + timedelta(milliseconds=dt),
+               "timestampType": 0}
         if headers:
             row["headers"] = [{"key": k, "value": v} for k, v in hs]
         out.append(row)
@@ -73,20 +67,8 @@ def test_export_parquet_keeps_every_column(
     spark: Any, bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "export"
-    assert (
-        export_parquet.main(
-            [
-                "--bootstrap-server",
-                bootstrap,
-                "--topic",
-                TOPIC,
-                "--out",
-                str(out),
-                "--include-headers",
-            ]
-        )
-        == 0
-    )
+    assert export_parquet.main(["--bootstrap-server", bootstrap, "--topic", TOPIC,
+                                "--out", str(out), "--include-headers"]) == 0
     rows = sorted(read_parquet(out), key=lambda r: (r["partition"], r["offset"]))
     assert rows == expected_rows(headers=True)
     files = len(list(out.glob("part-*.parquet")))
@@ -101,25 +83,10 @@ def test_export_parquet_offset_range_without_headers(
     out = tmp_path / "range"
     start = json.dumps({TOPIC: {"0": 1, "1": -2, "2": 2}})
     end = json.dumps({TOPIC: {"0": 2, "1": 1, "2": -1}})
-    export_parquet.main(
-        [
-            "--bootstrap-server",
-            bootstrap,
-            "--topic",
-            TOPIC,
-            "--out",
-            str(out),
-            "--starting-offsets",
-            start,
-            "--ending-offsets",
-            end,
-        ]
-    )
-    want = [
-        r
-        for r in expected_rows(headers=False)
-        if (r["partition"], r["offset"]) in {(0, 1), (1, 0), (2, 2)}
-    ]
+    export_parquet.main(["--bootstrap-server", bootstrap, "--topic", TOPIC, "--out", str(out),
+                         "--starting-offsets", start, "--ending-offsets", end])
+    want = [r for r in expected_rows(headers=False)
+            if (r["partition"], r["offset"]) in {(0, 1), (1, 0), (2, 2)}]
     assert sorted(read_parquet(out), key=lambda r: r["partition"]) == want
     assert capsys.readouterr().out.startswith(f"exported 3 rows of topic {TOPIC} to ")
 
@@ -137,28 +104,22 @@ c           2            6  2024-05-01 12:00:00.500  2024-05-01 12:00:06.123
 def test_key_counts_prints_the_top_keys(
     spark: Any, bootstrap: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert key_counts.main(["--bootstrap-server", bootstrap, "--topic", TOPIC, "--top", "2"]) == 0
-    assert (
-        capsys.readouterr().out
-        == "\n".join(
-            [
-                f"top 2 of 5 keys of topic {TOPIC} by count",
-                "key  count  value_bytes  first_timestamp          last_timestamp",
-                "a        3            5  2024-05-01 12:00:00.000  2024-05-01 12:00:04.000",
-                "b        2            5  2024-05-01 12:00:00.999  2024-05-01 12:00:01.000",
-            ]
-        )
-        + "\n"
-    )
+    assert key_counts.main(["--bootstrap-server", bootstrap, "--topic", TOPIC,
+                            "--top", "2"]) == 0
+    assert capsys.readouterr().out == "\n".join([
+        f"top 2 of 5 keys of topic {TOPIC} by count",
+        "key  count  value_bytes  first_timestamp          last_timestamp",
+        "a        3            5  2024-05-01 12:00:00.000  2024-05-01 12:00:04.000",
+        "b        2            5  2024-05-01 12:00:00.999  2024-05-01 12:00:01.000",
+    ]) + "\n"
 
 
 def test_key_counts_writes_every_key_to_parquet(
     spark: Any, bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "counts"
-    key_counts.main(
-        ["--bootstrap-server", bootstrap, "--topic", TOPIC, "--top", "5", "--out", str(out)]
-    )
+    key_counts.main(["--bootstrap-server", bootstrap, "--topic", TOPIC, "--top", "5",
+                     "--out", str(out)])
     assert capsys.readouterr().out == (
         f"top 5 of 5 keys of topic {TOPIC} by count\n{TABLE}wrote 5 rows to {out}\n"
     )
@@ -166,46 +127,18 @@ def test_key_counts_writes_every_key_to_parquet(
     def ts(ms: int) -> datetime:
         return T0 + timedelta(milliseconds=ms)
 
-    assert sorted(read_parquet(out), key=lambda r: repr(r["key"])) == sorted(
-        [
-            {
-                "key": b"a",
-                "count": 3,
-                "value_bytes": 5,
-                "first_timestamp": ts(0),
-                "last_timestamp": ts(4000),
-            },
-            {
-                "key": b"b",
-                "count": 2,
-                "value_bytes": 5,
-                "first_timestamp": ts(999),
-                "last_timestamp": ts(1000),
-            },
-            {
-                "key": b"c",
-                "count": 2,
-                "value_bytes": 6,
-                "first_timestamp": ts(500),
-                "last_timestamp": ts(6123),
-            },
-            {
-                "key": None,
-                "count": 1,
-                "value_bytes": 3,
-                "first_timestamp": ts(2000),
-                "last_timestamp": ts(2000),
-            },
-            {
-                "key": b"\xff",
-                "count": 1,
-                "value_bytes": 2,
-                "first_timestamp": ts(7000),
-                "last_timestamp": ts(7000),
-            },
-        ],
-        key=lambda r: repr(r["key"]),
-    )
+    assert sorted(read_parquet(out), key=lambda r: repr(r["key"])) == sorted([
+        {"key": b"a", "count": 3, "value_bytes": 5, "first_timestamp": ts(0),
+         "last_timestamp": ts(4000)},
+        {"key": b"b", "count": 2, "value_bytes": 5, "first_timestamp": ts(999),
+         "last_timestamp": ts(1000)},
+        {"key": b"c", "count": 2, "value_bytes": 6, "first_timestamp": ts(500),
+         "last_timestamp": ts(6123)},
+        {"key": None, "count": 1, "value_bytes": 3, "first_timestamp": ts(2000),
+         "last_timestamp": ts(2000)},
+        {"key": b"\xff", "count": 1, "value_bytes": 2, "first_timestamp": ts(7000),
+         "last_timestamp": ts(7000)},
+    ], key=lambda r: repr(r["key"]))
 
 
 def test_missing_topic_gives_empty_results(
@@ -219,19 +152,7 @@ def test_missing_topic_gives_empty_results(
         "key  count  value_bytes  first_timestamp  last_timestamp\n"
     )
     out = tmp_path / "empty"
-    assert (
-        export_parquet.main(
-            [
-                "--bootstrap-server",
-                bootstrap,
-                "--topic",
-                topic,
-                "--out",
-                str(out),
-                "--include-headers",
-            ]
-        )
-        == 0
-    )
+    assert export_parquet.main(["--bootstrap-server", bootstrap, "--topic", topic,
+                                "--out", str(out), "--include-headers"]) == 0
     assert read_parquet(out) == []
     assert capsys.readouterr().out.startswith(f"exported 0 rows of topic {topic} to ")

@@ -23,17 +23,15 @@ def test_defaults_are_the_kafka_sources() -> None:
 
 
 def test_options_are_case_insensitive_and_parsed() -> None:
-    o = parse_options(
-        {
-            "KAFKA.BOOTSTRAP.SERVERS": "a:1,b:2",
-            "Assign": '{"x":[1,0],"y":[2]}',
-            "STARTINGOFFSETS": '{"x":{"0":5,"1":-2},"y":{"2":7}}',
-            "endingOffsets": '{"x":{"0":-1,"1":9},"y":{"2":8}}',
-            "failOnDataLoss": "FALSE",
-            "minPartitions": "12",
-            "includeHeaders": "true",
-        }
-    )
+    o = parse_options({
+        "KAFKA.BOOTSTRAP.SERVERS": "a:1,b:2",
+        "Assign": '{"x":[1,0],"y":[2]}',
+        "STARTINGOFFSETS": '{"x":{"0":5,"1":-2},"y":{"2":7}}',
+        "endingOffsets": '{"x":{"0":-1,"1":9},"y":{"2":8}}',
+        "failOnDataLoss": "FALSE",
+        "minPartitions": "12",
+        "includeHeaders": "true",
+    })
     assert o.bootstrap == [("a", 1), ("b", 2)]
     assert o.subscription.partitions == (("x", 0), ("x", 1), ("y", 2))
     assert o.starting.offsets == {("x", 0): 5, ("x", 1): -2, ("y", 2): 7}
@@ -42,14 +40,8 @@ def test_options_are_case_insensitive_and_parsed() -> None:
 
 
 def test_a_timestamp_wins_over_offsets() -> None:
-    o = parse_options(
-        {
-            **BASE,
-            "startingOffsets": "earliest",
-            "startingTimestamp": "1000",
-            "endingOffsetsByTimestamp": '{"t":{"0":2000}}',
-        }
-    )
+    o = parse_options({**BASE, "startingOffsets": "earliest", "startingTimestamp": "1000",
+                       "endingOffsetsByTimestamp": '{"t":{"0":2000}}'})
     assert o.starting == Position("timestamp", timestamp=1000)
     assert o.ending == Position("timestamps", timestamps={("t", 0): 2000})
 
@@ -98,21 +90,16 @@ def test_split_is_sparks_kafka_offset_range_calculator() -> None:
     out = split_ranges(ranges, 8)
     # 400 offsets in 8 parts: 100 -> 2 pieces, 300 -> 6; the empty range is dropped.
     assert [(r.partition, r.from_offset, r.until_offset) for r in out] == [
-        (0, 0, 50),
-        (0, 50, 100),
-        (1, 0, 50),
-        (1, 50, 100),
-        (1, 100, 150),
-        (1, 150, 200),
-        (1, 200, 250),
-        (1, 250, 300),
+        (0, 0, 50), (0, 50, 100),
+        (1, 0, 50), (1, 50, 100), (1, 100, 150), (1, 150, 200), (1, 200, 250), (1, 250, 300),
     ]
     capped = split_ranges([OffsetRange("t", 0, 10, 35)], None, max_records_per_partition=10)
     assert [(r.from_offset, r.until_offset) for r in capped] == [(10, 18), (18, 26), (26, 35)]
 
 
 @given(
-    sizes=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 5000)), min_size=1, max_size=12),
+    sizes=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 5000)), min_size=1,
+                   max_size=12),
     min_partitions=st.integers(1, 200),
     max_records=st.one_of(st.none(), st.integers(1, 3000)),
 )
@@ -143,6 +130,4 @@ def test_rate_limit_shares_by_backlog_as_spark_does() -> None:
     assert rate_limit(10_000, start, latest) == latest
     # A share below one record still moves by one (ceil), so nothing starves.
     assert rate_limit(1, {("t", 0): 0, ("t", 1): 0}, {("t", 0): 5, ("t", 1): 5}) == {
-        ("t", 0): 1,
-        ("t", 1): 1,
-    }
+        ("t", 0): 1, ("t", 1): 1}

@@ -86,10 +86,8 @@ def expected(lo: dict[int, int], hi: dict[int, int]) -> list[int]:
     return [o * PARTITIONS + p for p in range(PARTITIONS) for o in range(lo[p], hi[p])]
 
 
-ALL = expected(
-    dict.fromkeys(range(PARTITIONS), 0),
-    {p: len(range(p, N, PARTITIONS)) for p in range(PARTITIONS)},
-)
+ALL = expected(dict.fromkeys(range(PARTITIONS), 0),
+               {p: len(range(p, N, PARTITIONS)) for p in range(PARTITIONS)})
 
 
 def test_whole_topic_reads_back_exactly_with_the_kafka_sources_columns(
@@ -98,15 +96,7 @@ def test_whole_topic_reads_back_exactly_with_the_kafka_sources_columns(
     df = load(spark, events, subscribe=TOPIC, includeHeaders="true")
     assert df.schema == spark_schema(include_headers=True)
     assert [f.name for f in df.schema.fields] == [
-        "key",
-        "value",
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-        "timestampType",
-        "headers",
-    ]
+        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
     assert indexes(rows_of(df)) == ALL
     plain = load(spark, events, subscribe=TOPIC)
     assert plain.schema == spark_schema(include_headers=False)
@@ -122,38 +112,24 @@ def test_offsets_by_json_select_exactly_that_range(spark: Any, events: ProcClust
     lo[5] = 0
     ending[TOPIC]["4"] = LATEST
     hi[4] = len(range(4, N, PARTITIONS))
-    df = load(
-        spark,
-        events,
-        subscribe=TOPIC,
-        startingOffsets=json.dumps(starting),
-        endingOffsets=json.dumps(ending),
-    )
+    df = load(spark, events, subscribe=TOPIC, startingOffsets=json.dumps(starting),
+              endingOffsets=json.dumps(ending))
     assert indexes(rows_of(df)) == expected(lo, hi)
 
 
 def test_timestamps_select_the_records_at_or_after_them(spark: Any, events: ProcCluster) -> None:
     # Global: records with timestamp in [BASE_TS + 600, BASE_TS + 1200).
-    df = load(
-        spark,
-        events,
-        subscribe=TOPIC,
-        startingTimestamp=str(BASE_TS + 600),
-        endingTimestamp=str(BASE_TS + 1200),
-    )
+    df = load(spark, events, subscribe=TOPIC, startingTimestamp=str(BASE_TS + 600),
+              endingTimestamp=str(BASE_TS + 1200))
     assert sorted(indexes(rows_of(df))) == list(range(600, 1200))
     # Per partition; an ending timestamp past every record reads to the end.
     # (offset o of partition p holds record 6 * o + p, stamped BASE_TS + 6 * o + p)
     by_ts_start = {TOPIC: {str(p): BASE_TS + 6 * 100 + p for p in range(PARTITIONS)}}
     by_ts_end = {TOPIC: {str(p): BASE_TS + 6 * 200 + p for p in range(PARTITIONS)}}
     by_ts_end[TOPIC]["0"] = BASE_TS + 10 * N
-    df = load(
-        spark,
-        events,
-        subscribe=TOPIC,
-        startingOffsetsByTimestamp=json.dumps(by_ts_start),
-        endingOffsetsByTimestamp=json.dumps(by_ts_end),
-    )
+    df = load(spark, events, subscribe=TOPIC,
+              startingOffsetsByTimestamp=json.dumps(by_ts_start),
+              endingOffsetsByTimestamp=json.dumps(by_ts_end))
     lo = dict.fromkeys(range(PARTITIONS), 100)
     hi = dict.fromkeys(range(PARTITIONS), 200)
     hi[0] = len(range(0, N, PARTITIONS))
@@ -162,13 +138,8 @@ def test_timestamps_select_the_records_at_or_after_them(spark: Any, events: Proc
     late = load(spark, events, subscribe=TOPIC, startingTimestamp=str(BASE_TS + 10 * N))
     with pytest.raises(Exception, match="No offset matched the starting timestamp"):
         late.count()
-    empty = load(
-        spark,
-        events,
-        subscribe=TOPIC,
-        startingTimestamp=str(BASE_TS + 10 * N),
-        startingOffsetsByTimestampStrategy="latest",
-    )
+    empty = load(spark, events, subscribe=TOPIC, startingTimestamp=str(BASE_TS + 10 * N),
+                 startingOffsetsByTimestampStrategy="latest")
     assert empty.count() == 0
 
 
@@ -182,14 +153,13 @@ def test_assign_and_subscribe_pattern_pick_their_partitions(
     create_topic(events, "other", 1)
     produce(events, "evx", ((i, 0) for i in range(5)))
     produce(events, "other", ((i, 0) for i in range(7)))
-    counts = load(spark, events, subscribePattern="ev.*").groupBy("topic").count().collect()
+    counts = (load(spark, events, subscribePattern="ev.*").groupBy("topic").count().collect())
     assert {r["topic"]: r["count"] for r in counts} == {TOPIC: N, "evx": 5}
     # The pattern matches whole names only, and never internal topics.
     assert load(spark, events, subscribePattern="ev").count() == 0
     # A commit puts a record in __consumer_offsets: an internal topic for ".*" to skip.
     Consumer({"bootstrap.servers": events.bootstrap, "group.id": "g"}).commit(
-        offsets=[TopicPartition(TOPIC, 0, 5)], asynchronous=False
-    )
+        offsets=[TopicPartition(TOPIC, 0, 5)], asynchronous=False)
     every = load(spark, events, subscribePattern=".*").select("topic").distinct().toArrow()
     names = set(every.column("topic").to_pylist())
     assert {TOPIC, "evx", "other"} <= names and "__consumer_offsets" not in names
@@ -230,26 +200,16 @@ def test_a_range_deleted_by_retention_fails_or_is_skipped(spark: Any, events: Pr
     df = load(spark, events, subscribe="retained", startingOffsets=from_zero)
     with pytest.raises(Exception, match=r"Cannot fetch records in \[0, \d+\) of retained-0"):
         df.count()
-    kept = (
-        load(spark, events, subscribe="retained", startingOffsets=from_zero, failOnDataLoss="false")
-        .select("offset")
-        .toArrow()
-    )
+    kept = load(spark, events, subscribe="retained", startingOffsets=from_zero,
+                failOnDataLoss="false").select("offset").toArrow()
     assert kept.column("offset").to_pylist() == list(range(start, 600))
 
 
 def settings(c: ProcCluster, **kw: Any) -> ReadSettings:
     hosts = [(h, int(p)) for h, p in (a.split(":") for a in c.bootstrap.split(","))]
-    base = dict(
-        bootstrap=hosts,
-        client_id="t",
-        request_timeout_ms=5000,
-        api_timeout_ms=30_000,
-        max_partition_fetch_bytes=16_384,
-        read_committed=False,
-        fail_on_data_loss=True,
-        include_headers=False,
-    )
+    base = dict(bootstrap=hosts, client_id="t", request_timeout_ms=5000, api_timeout_ms=30_000,
+                max_partition_fetch_bytes=16_384, read_committed=False,
+                fail_on_data_loss=True, include_headers=False)
     return ReadSettings(**{**base, **kw})
 
 
@@ -267,8 +227,7 @@ def test_the_leader_dying_mid_read_is_retried_on_the_new_leader(events: ProcClus
     try:
         rest = list(reader)
         offsets = first.column("offset").to_pylist() + [
-            o for b in rest for o in b.column("offset").to_pylist()
-        ]
+            o for b in rest for o in b.column("offset").to_pylist()]
         assert offsets == list(range(20_000))  # every record once: no short read
         with KafkaClient(s.bootstrap) as k:
             assert k.leaders([("moving", 0)])[("moving", 0)] != leader
@@ -290,14 +249,10 @@ def test_no_leader_at_all_is_a_clear_error_not_a_short_read(
         with pytest.raises(KafkaCallError, match=r"lonely-0: read \[0, 50\) stopped at offset 0"):
             list(reader)
         # The same through Spark: the task fails and the query says why.
-        df = load(
-            spark,
-            events,
-            assign=json.dumps({"lonely": [0]}),
-            startingOffsets=json.dumps({"lonely": {"0": 0}}),
-            endingOffsets=json.dumps({"lonely": {"0": 50}}),
-            **{"kafka.default.api.timeout.ms": "3000"},
-        )
+        df = load(spark, events, assign=json.dumps({"lonely": [0]}),
+                  startingOffsets=json.dumps({"lonely": {"0": 0}}),
+                  endingOffsets=json.dumps({"lonely": {"0": 50}}),
+                  **{"kafka.default.api.timeout.ms": "3000"})
         with pytest.raises(Exception, match=r"lonely-0: read \[0, 50\) stopped at offset 0"):
             df.count()
     finally:

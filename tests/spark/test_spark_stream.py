@@ -33,11 +33,8 @@ class Batches:
 
 
 def stream(spark: Any, c: ProcCluster, topic: str, **options: str) -> Any:
-    reader = (
-        spark.readStream.format("kraft")
-        .option("kafka.bootstrap.servers", c.bootstrap)
-        .option("subscribe", topic)
-    )
+    reader = (spark.readStream.format("kraft").option("kafka.bootstrap.servers", c.bootstrap)
+              .option("subscribe", topic))
     for k, v in options.items():
         reader = reader.option(k, v)
     return reader.load()
@@ -52,20 +49,9 @@ def test_two_micro_batches_with_new_data_between_return_each_message_once(
     sink = Batches()
     df = stream(spark, c, "live", startingOffsets="earliest")
     assert [f.name for f in df.schema.fields][:7] == [
-        "key",
-        "value",
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-        "timestampType",
-    ]
-    q = (
-        df.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(processingTime="100 milliseconds")
-        .start()
-    )
+        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    q = (df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "cp"))
+         .trigger(processingTime="100 milliseconds").start())
     try:
         q.processAllAvailable()  # returns once everything available has been processed
         first = sink.nonempty()
@@ -78,20 +64,14 @@ def test_two_micro_batches_with_new_data_between_return_each_message_once(
     later = [b for b in sink.nonempty() if b > max(first)]
     assert later, "the new records must come in a later micro-batch"
     assert sorted(v for b in later for _, _, v in sink.by_id[b]) == sorted(
-        value_of(i) for i in range(300, 500)
-    )
+        value_of(i) for i in range(300, 500))
     assert sorted(sink.values()) == sorted(value_of(i) for i in range(500))  # each once
 
     # A new query from the same checkpoint reads only what came after.
     produce(c, "live", ((i, i % 3) for i in range(500, 550)))
     again = Batches()
-    q2 = (
-        stream(spark, c, "live")
-        .writeStream.foreachBatch(again)
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    q2 = (stream(spark, c, "live").writeStream.foreachBatch(again)
+          .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
     q2.awaitTermination(120)
     assert q2.exception() is None
     assert sorted(again.values()) == sorted(value_of(i) for i in range(500, 550))
@@ -104,13 +84,9 @@ def test_max_offsets_per_trigger_caps_each_micro_batch(
     create_topic(c, "capped", 3)
     produce(c, "capped", ((i, i % 3) for i in range(600)))
     sink = Batches()
-    q = (
-        stream(spark, c, "capped", startingOffsets="earliest", maxOffsetsPerTrigger="100")
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    q = (stream(spark, c, "capped", startingOffsets="earliest", maxOffsetsPerTrigger="100")
+         .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "cp"))
+         .trigger(availableNow=True).start())
     q.awaitTermination(120)
     assert q.exception() is None
     sizes = [len(sink.by_id[b]) for b in sink.nonempty()]

@@ -34,9 +34,8 @@ from spark_jobs.writer import KafkaSinkError, KraftWriter, plan_sink
 from tests.harness.cluster_procs import ProcCluster
 from tests.harness.kafka_records import Rec, create_topic, read_topic
 
-HEADERS = ArrayType(
-    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-)
+HEADERS = ArrayType(StructType([StructField("key", StringType()),
+                                StructField("value", BinaryType())]))
 HEADERS_DDL = "array<struct<key:string,value:binary>>"
 _topics = itertools.count()
 
@@ -74,75 +73,36 @@ def contents(recs: list[Rec]) -> list[tuple[Any, ...]]:
 GOOD = {"kafka.bootstrap.servers": "127.0.0.1:9092", "topic": "t"}
 
 
-@pytest.mark.parametrize(
-    ("options", "cols", "message"),
-    [
-        (
-            {"topic": "t"},
-            {"value": BinaryType()},
-            "Option 'kafka.bootstrap.servers' must be specified for configuring Kafka producer",
-        ),
-        (
-            {"kafka.bootstrap.servers": "h:1"},
-            {"value": BinaryType()},
-            "topic option required when no 'topic' attribute is present. "
-            "Use the topic option for setting a topic.",
-        ),
-        (GOOD, {"key": BinaryType()}, "Required attribute 'value' not found"),
-        (
-            GOOD,
-            {"value": IntegerType()},
-            "value attribute unsupported type int. value must be a(n) string or binary",
-        ),
-        (
-            GOOD,
-            {"value": StringType(), "key": LongType()},
-            "key attribute unsupported type bigint. key must be a(n) string or binary",
-        ),
-        (
-            GOOD,
-            {"value": StringType(), "partition": LongType()},
-            "partition attribute unsupported type bigint. partition must be a(n) int",
-        ),
-        (
-            GOOD,
-            {"value": StringType(), "headers": ArrayType(StringType())},
-            f"headers attribute unsupported type array<string>. headers must be a(n) {HEADERS_DDL}",
-        ),
-        (
-            {"kafka.bootstrap.servers": "h:1"},
-            {"value": StringType(), "topic": BinaryType()},
-            "topic attribute unsupported type binary. topic must be a(n) string",
-        ),
-        (
-            {**GOOD, "kafka.key.serializer": "x"},
-            {"value": StringType()},
-            "Kafka option 'key.serializer' is not supported as keys are serialized with "
-            "ByteArraySerializer.",
-        ),
-        (
-            {**GOOD, "kafka.value.serializer": "x"},
-            {"value": StringType()},
-            "Kafka option 'value.serializer' is not supported as value are serialized with "
-            "ByteArraySerializer.",
-        ),
-        (
-            {**GOOD, "kafka.max.block.ms": "5"},
-            {"value": StringType()},
-            'No such configuration property: "max.block.ms"',
-        ),
-        (
-            {**GOOD, "kafka.acks": "1", "kafka.enable.idempotence": "true"},
-            {"value": StringType()},
-            "`acks` must be set to `all` when `enable.idempotence` is true",
-        ),
-        (
-            {**GOOD, "kafka.bootstrap.servers": "nohostport"},
-            {"value": StringType()},
-            "'nohostport' is not host:port",
-        ),
-    ],
-)
+@pytest.mark.parametrize(("options", "cols", "message"), [
+    ({"topic": "t"}, {"value": BinaryType()},
+     "Option 'kafka.bootstrap.servers' must be specified for configuring Kafka producer"),
+    ({"kafka.bootstrap.servers": "h:1"}, {"value": BinaryType()},
+     "topic option required when no 'topic' attribute is present. "
+     "Use the topic option for setting a topic."),
+    (GOOD, {"key": BinaryType()}, "Required attribute 'value' not found"),
+    (GOOD, {"value": IntegerType()},
+     "value attribute unsupported type int. value must be a(n) string or binary"),
+    (GOOD, {"value": StringType(), "key": LongType()},
+     "key attribute unsupported type bigint. key must be a(n) string or binary"),
+    (GOOD, {"value": StringType(), "partition": LongType()},
+     "partition attribute unsupported type bigint. partition must be a(n) int"),
+    (GOOD, {"value": StringType(), "headers": ArrayType(StringType())},
+     f"headers attribute unsupported type array<string>. headers must be a(n) {HEADERS_DDL}"),
+    ({"kafka.bootstrap.servers": "h:1"}, {"value": StringType(), "topic": BinaryType()},
+     "topic attribute unsupported type binary. topic must be a(n) string"),
+    ({**GOOD, "kafka.key.serializer": "x"}, {"value": StringType()},
+     "Kafka option 'key.serializer' is not supported as keys are serialized with "
+     "ByteArraySerializer."),
+    ({**GOOD, "kafka.value.serializer": "x"}, {"value": StringType()},
+     "Kafka option 'value.serializer' is not supported as value are serialized with "
+     "ByteArraySerializer."),
+    ({**GOOD, "kafka.max.block.ms": "5"}, {"value": StringType()},
+     'No such configuration property: "max.block.ms"'),
+    ({**GOOD, "kafka.acks": "1", "kafka.enable.idempotence": "true"}, {"value": StringType()},
+     "`acks` must be set to `all` when `enable.idempotence` is true"),
+    ({**GOOD, "kafka.bootstrap.servers": "nohostport"}, {"value": StringType()},
+     "'nohostport' is not host:port"),
+])
 def test_plan_refuses_what_sparks_sink_refuses(
     options: dict[str, str], cols: dict[str, DataType], message: str
 ) -> None:
@@ -159,30 +119,20 @@ def test_overwrite_mode_is_refused() -> None:
 def test_producer_defaults_follow_the_java_producer_and_yield_to_the_user() -> None:
     plan = plan_sink({**GOOD, "Kafka.Linger.MS": "7"}, schema(value=StringType()))
     assert plan.producer_config == {
-        "acks": "all",
-        "enable.idempotence": "true",
-        "partitioner": "murmur2_random",
-        "message.timeout.ms": "120000",
-        "bootstrap.servers": "127.0.0.1:9092",
-        "linger.ms": "7",
+        "acks": "all", "enable.idempotence": "true", "partitioner": "murmur2_random",
+        "message.timeout.ms": "120000", "bootstrap.servers": "127.0.0.1:9092", "linger.ms": "7",
     }
     assert plan.topic == "t" and plan.columns == ("value",) and plan.flush_timeout_s == 130
-    plan = plan_sink(
-        {**GOOD, "kafka.acks": "1", "kafka.delivery.timeout.ms": "5000"},
-        schema(value=StringType(), topic=IntegerType()),
-    )
+    plan = plan_sink({**GOOD, "kafka.acks": "1", "kafka.delivery.timeout.ms": "5000"},
+                     schema(value=StringType(), topic=IntegerType()))
     assert plan.producer_config == {
-        "acks": "1",
-        "enable.idempotence": "false",
-        "partitioner": "murmur2_random",
-        "bootstrap.servers": "127.0.0.1:9092",
-        "delivery.timeout.ms": "5000",
+        "acks": "1", "enable.idempotence": "false", "partitioner": "murmur2_random",
+        "bootstrap.servers": "127.0.0.1:9092", "delivery.timeout.ms": "5000",
     }
     assert plan.columns == ("value",) and plan.flush_timeout_s == 15  # option beats column
 
 
 # -- writes, read back ------------------------------------------------------------------
-
 
 def test_write_by_topic_option_exact_contents(spark: Any, cluster: ProcCluster) -> None:
     topic = new_topic(cluster)
@@ -195,10 +145,10 @@ def test_write_by_topic_option_exact_contents(spark: Any, cluster: ProcCluster) 
     ddl = f"key string, value binary, partition int, headers {HEADERS_DDL}, topic string"
     save(spark.createDataFrame(rows, ddl).repartition(2), cluster.bootstrap, topic=topic)
 
-    want = sorted(
-        ((p, k.encode() if k is not None else None, v, tuple(h or ())) for k, v, p, h, _ in rows),
-        key=repr,
-    )
+    want = sorted((
+        (p, k.encode() if k is not None else None, v, tuple(h or ()))
+        for k, v, p, h, _ in rows
+    ), key=repr)
     assert contents(read_topic(cluster.bootstrap, topic)) == want
 
 
@@ -207,12 +157,12 @@ def test_write_by_topic_column_keys_land_where_java_puts_them(
 ) -> None:
     t1, t2 = new_topic(cluster, 3), new_topic(cluster, 5)
     rows = [(t1 if i % 2 else t2, f"key-{i}".encode(), f"value-{i}") for i in range(60)]
-    save(spark.createDataFrame(rows, "topic string, key binary, value string"), cluster.bootstrap)
+    save(spark.createDataFrame(rows, "topic string, key binary, value string"),
+         cluster.bootstrap)
     for topic, n in ((t1, 3), (t2, 5)):
         # The Java producer's default partitioner: murmur2 of the key, positive, mod n.
-        want = sorted(
-            ((murmur2(k) & 0x7FFFFFFF) % n, k, v.encode(), ()) for t, k, v in rows if t == topic
-        )
+        want = sorted(((murmur2(k) & 0x7FFFFFFF) % n, k, v.encode(), ())
+                      for t, k, v in rows if t == topic)
         assert contents(read_topic(cluster.bootstrap, topic)) == want
 
 
@@ -220,17 +170,13 @@ def test_timestamp_column_sets_the_record_timestamp(spark: Any, cluster: ProcClu
     topic = new_topic(cluster, 1)
     stamps = [datetime(2024, 5, 1, 12, 0, i, 123456, tzinfo=UTC) for i in range(5)]
     rows = [(f"v{i}", ts) for i, ts in enumerate(stamps)]
-    save(
-        spark.createDataFrame(rows, "value string, timestamp timestamp").coalesce(1),
-        cluster.bootstrap,
-        topic=topic,
-    )
+    save(spark.createDataFrame(rows, "value string, timestamp timestamp").coalesce(1),
+         cluster.bootstrap, topic=topic)
     got = [(r.value, r.timestamp_ms) for r in read_topic(cluster.bootstrap, topic)]
     assert got == [(v.encode(), int(ts.timestamp() * 1000)) for v, ts in rows]
 
 
 # -- failures reach save() --------------------------------------------------------------
-
 
 def test_bad_schema_fails_save_with_sparks_words(spark: Any, cluster: ProcCluster) -> None:
     df = spark.createDataFrame([(1, "x")], "value int, key string")
@@ -240,23 +186,16 @@ def test_bad_schema_fails_save_with_sparks_words(spark: Any, cluster: ProcCluste
     with pytest.raises(PySparkException) as e:
         save(df, cluster.bootstrap, topic="t")
     assert "value attribute unsupported type int. value must be a(n) string or binary" in str(
-        e.value
-    )
+        e.value)
 
 
 def test_overwrite_mode_fails_save(spark: Any, cluster: ProcCluster) -> None:
     topic = new_topic(cluster, 1)
     with pytest.raises(PySparkException) as e:
-        save(
-            spark.createDataFrame([("x",)], "value string"),
-            cluster.bootstrap,
-            mode="overwrite",
-            topic=topic,
-        )
-    assert (
-        "Save mode Overwrite not allowed for Kafka. Allowed save modes are Append and "
-        "ErrorIfExists (default)."
-    ) in str(e.value)
+        save(spark.createDataFrame([("x",)], "value string"), cluster.bootstrap,
+             mode="overwrite", topic=topic)
+    assert ("Save mode Overwrite not allowed for Kafka. Allowed save modes are Append and "
+            "ErrorIfExists (default).") in str(e.value)
     assert read_topic(cluster.bootstrap, topic) == []  # nothing was written
 
 
@@ -270,9 +209,8 @@ def test_undelivered_record_fails_the_write(spark: Any, cluster: ProcCluster) ->
 
 
 def test_null_topic_row_fails_the_write(spark: Any, cluster: ProcCluster) -> None:
-    df = spark.createDataFrame(
-        [("a", new_topic(cluster)), ("b", None)], "value string, topic string"
-    )
+    df = spark.createDataFrame([("a", new_topic(cluster)), ("b", None)],
+                               "value string, topic string")
     with pytest.raises(PySparkException) as e:
         save(df, cluster.bootstrap)
     assert "null topic present in the data" in str(e.value)
@@ -285,12 +223,8 @@ def free_port() -> int:
 
 
 def test_unreachable_cluster_raises_after_the_delivery_timeout() -> None:
-    opts = {
-        "kafka.bootstrap.servers": f"127.0.0.1:{free_port()}",
-        "topic": "t",
-        "kafka.message.timeout.ms": "1500",
-        "kafka.log_level": "0",
-    }
+    opts = {"kafka.bootstrap.servers": f"127.0.0.1:{free_port()}", "topic": "t",
+            "kafka.message.timeout.ms": "1500", "kafka.log_level": "0"}
     plan = plan_sink(opts, schema(value=StringType()))
     batch = pa.record_batch({"value": pa.array(["a", "b"])})
     with pytest.raises(KafkaWriteError, match=r"2 of 2 records were not delivered.*_MSG_TIMED_OUT"):
@@ -299,23 +233,20 @@ def test_unreachable_cluster_raises_after_the_delivery_timeout() -> None:
 
 # -- streaming ----------------------------------------------------------------------------
 
-
 def test_stream_writer_writes_each_micro_batch(
     spark: Any, cluster: ProcCluster, tmp_path: Path
 ) -> None:
     topic = new_topic(cluster, 2)
     src = tmp_path / "in"
     rows = [(f"k{i}", f"v{i}", i % 2) for i in range(20)]
-    spark.createDataFrame(rows, "key string, value string, partition int").write.parquet(str(src))
+    spark.createDataFrame(rows, "key string, value string, partition int").write.parquet(
+        str(src))
     query = (
-        spark.readStream.schema("key string, value string, partition int")
-        .parquet(str(src))
+        spark.readStream.schema("key string, value string, partition int").parquet(str(src))
         .writeStream.format("kraft")
-        .option("kafka.bootstrap.servers", cluster.bootstrap)
-        .option("topic", topic)
+        .option("kafka.bootstrap.servers", cluster.bootstrap).option("topic", topic)
         .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
+        .trigger(availableNow=True).start()
     )
     assert query.awaitTermination(60), "the availableNow query did not finish within 60 s"
     assert query.exception() is None

@@ -39,14 +39,13 @@ EXISTING_EPOCH, NEW_EPOCH = 3, 4
 MAX_BYTES = 1 << 20
 
 
-def good_batch(base_offset: int = 0, codec: Compression = Compression.NONE, n: int = 2) -> bytes:
+def good_batch(
+    base_offset: int = 0, codec: Compression = Compression.NONE, n: int = 2
+) -> bytes:
     records = [Record(b"value-%d" % i, b"k%d" % i, (("h", b"x"),), 1000 + i) for i in range(n)]
     return build_batch(
-        records,
-        base_offset=base_offset,
-        compression=codec,
-        partition_leader_epoch=NEW_EPOCH,
-        now_ms=1000,
+        records, base_offset=base_offset, compression=codec,
+        partition_leader_epoch=NEW_EPOCH, now_ms=1000,
     )
 
 
@@ -211,9 +210,8 @@ def test_bad_record_count_is_invalid(
         count = 10**7  # plausible for a compressed batch: take an absurd one
     bad = patch(data, ">i", RECORDS_COUNT, count, fix_crc=True)
     if consistent_delta:  # so only the count check can object
-        bad = patch(
-            bad, ">i", LAST_OFFSET_DELTA, count - 1 if count > -(2**31) else 0, fix_crc=True
-        )
+        bad = patch(bad, ">i", LAST_OFFSET_DELTA, count - 1 if count > -(2**31) else 0,
+                    fix_crc=True)
     assert_refused(log, bad, InvalidRecordError, INVALID_RECORD)
     # Without recomputing the CRC, the CRC check refuses it first.
     raw = patch(data, ">i", RECORDS_COUNT, count, fix_crc=False)
@@ -228,17 +226,12 @@ def test_last_offset_delta_not_matching_count_is_invalid(log: Log, delta: int) -
     # last offsets (Kafka's cleaner does this too); a produce never may.
     compacted = delta > 1
     assert_refused(
-        log,
-        patch(data, ">i", LAST_OFFSET_DELTA, delta, fix_crc=True),
-        InvalidRecordError,
-        INVALID_RECORD,
-        follower=not compacted,
+        log, patch(data, ">i", LAST_OFFSET_DELTA, delta, fix_crc=True),
+        InvalidRecordError, INVALID_RECORD, follower=not compacted,
     )
     assert_refused(
-        log,
-        patch(data, ">i", LAST_OFFSET_DELTA, delta, fix_crc=False),
-        CorruptRecordError,
-        CORRUPT_MESSAGE,
+        log, patch(data, ">i", LAST_OFFSET_DELTA, delta, fix_crc=False),
+        CorruptRecordError, CORRUPT_MESSAGE,
     )
     assert_good_append_works(log)
     if compacted:
@@ -285,11 +278,8 @@ BAD_SECOND: dict[str, Callable[[bytes], bytes]] = {
     "length": lambda d: patch(d, ">i", BATCH_LENGTH, 3, fix_crc=False),
 }
 SECOND_ERRORS = {
-    "crc": CorruptRecordError,
-    "magic": InvalidRecordError,
-    "count": InvalidRecordError,
-    "codec": UnsupportedCompressionError,
-    "length": CorruptRecordError,
+    "crc": CorruptRecordError, "magic": InvalidRecordError, "count": InvalidRecordError,
+    "codec": UnsupportedCompressionError, "length": CorruptRecordError,
 }
 
 
@@ -300,9 +290,8 @@ def test_good_then_bad_batch_refuses_the_whole_append(log: Log, kind: str) -> No
     exc = SECOND_ERRORS[kind]
     assert_refused(log, first + second, exc, exc.error_code)
     assert_refused(log, second + first, exc, exc.error_code)
-    assert_refused(
-        log, first + first[:20] + second, CorruptRecordError, CORRUPT_MESSAGE, follower=False
-    )
+    assert_refused(log, first + first[:20] + second, CorruptRecordError, CORRUPT_MESSAGE,
+                   follower=False)
     # The caller's writable buffer is not patched (offsets, epoch) by a refused append.
     buf = bytearray(first + second)
     with pytest.raises(exc):
@@ -339,8 +328,7 @@ def test_validate_records_finds_every_batch() -> None:
     a, b = good_batch(), good_batch(base_offset=2, codec=Compression.LZ4, n=3)
     views = validate_records(a + b)
     assert [(v.pos, v.size, v.base_offset, v.record_count) for v in views] == [
-        (0, len(a), 0, 2),
-        (len(a), len(b), 2, 3),
+        (0, len(a), 0, 2), (len(a), len(b), 2, 3),
     ]
 
 
@@ -361,12 +349,10 @@ def test_validate_records_partial_tail_does_not_excuse_corruption() -> None:
     with pytest.raises(CorruptRecordError):  # complete but bad CRC: not a partial tail
         validate_records(a + _flip_crc(b), allow_partial_tail=True)
     with pytest.raises(CorruptRecordError):  # bad length: not a partial tail either
-        validate_records(
-            a + patch(b, ">i", BATCH_LENGTH, -1, fix_crc=False)[:30], allow_partial_tail=True
-        )
+        validate_records(a + patch(b, ">i", BATCH_LENGTH, -1, fix_crc=False)[:30],
+                         allow_partial_tail=True)
     with pytest.raises(InvalidRecordError):
-        validate_records(
-            patch(a, ">i", RECORDS_COUNT, 0, fix_crc=True) + b[:30], allow_partial_tail=True
-        )
+        validate_records(patch(a, ">i", RECORDS_COUNT, 0, fix_crc=True) + b[:30],
+                         allow_partial_tail=True)
     with pytest.raises(CorruptRecordError):
         validate_records(b"", allow_partial_tail=True)

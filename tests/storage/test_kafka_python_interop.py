@@ -78,10 +78,7 @@ def kp_build(
     )
     for delta, spec in enumerate(specs):
         meta = builder.append(
-            delta,
-            timestamp=spec.timestamp,
-            key=spec.key,
-            value=spec.value,
+            delta, timestamp=spec.timestamp, key=spec.key, value=spec.value,
             headers=list(spec.headers),
         )
         assert meta is not None
@@ -203,15 +200,8 @@ def test_kafka_python_reads_our_batches(codec: Compression) -> None:
     records = [*our_records(), Record(b"stamped-now", b"k")]  # no timestamp: gets now_ms
     now = BASE_TS + 123
     data = build_batch(
-        records,
-        base_offset=100,
-        compression=codec,
-        producer_id=9,
-        producer_epoch=2,
-        base_sequence=5,
-        partition_leader_epoch=11,
-        is_transactional=True,
-        now_ms=now,
+        records, base_offset=100, compression=codec, producer_id=9, producer_epoch=2,
+        base_sequence=5, partition_leader_epoch=11, is_transactional=True, now_ms=now,
     )
     [(batch, seen)] = kp_read(data)
     assert batch.compression_type == codec
