@@ -8,6 +8,7 @@ log when those are corrupt). The Fetch response's aborted list is checked with k
 
 from __future__ import annotations
 
+import asyncio
 import io
 import uuid
 from pathlib import Path
@@ -116,6 +117,22 @@ async def test_read_committed_stops_at_the_lso_and_lists_the_aborted(tmp_path: P
 
 
 @run
+async def test_a_read_committed_long_poll_waits_for_the_lso(tmp_path: Path) -> None:
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic()))
+    assert await produce(rm, txn_batch(b"a", pid=5)) == 0
+    committed = asyncio.create_task(rm.wait_for_data([fp(0)], 1, 30_000, -1, 1))
+    uncommitted = await rm.wait_for_data([fp(0)], 1, 30_000, -1, 0)
+    assert fp(0) in uncommitted  # below the HW: read at once
+    await asyncio.sleep(0)
+    assert not committed.done()  # the LSO is 0: nothing to read committed
+    assert await rm.write_txn_marker(TOPIC, 0, 5, 0, True, 0, 1000) == 0
+    found = await asyncio.wait_for(committed, 5)
+    assert found[fp(0)].size > 0
+
+
+@run
 async def test_markers_are_fenced_and_need_leadership(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
@@ -207,6 +224,7 @@ async def test_restart_restores_lso_and_aborted_list_from_its_files(tmp_path: Pa
     h = rm.partition(TOPIC, 0)
     assert h is not None
     h.log.roll()  # a snapshot at the roll (offset 5)
+    assert (h.log.dir / f"{5:020d}.snapshot").exists()
     assert await produce(rm, txn_batch(b"d", pid=7)) == 0  # open across the restart
     before = _state(rm)
     assert before[0] == 5 and before[3] == {5: 7}
