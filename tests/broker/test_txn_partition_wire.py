@@ -13,6 +13,7 @@ in for the coordinator's, and the test plays the coordinator's part with WriteTx
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -127,6 +128,28 @@ def list_latest(raw: RawClient, isolation: int) -> int:
     return int(p.offset)
 
 
+def consume(c: ProcCluster, isolation: str, n: int) -> list[tuple[int, bytes]]:
+    """The first `n` records a confluent-kafka consumer gets from offset 0."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": f"txn-wire-{isolation}",
+                         "enable.auto.commit": False, "isolation.level": isolation})  # fmt: skip
+    try:
+        consumer.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
+        out: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + 30
+        while len(out) < n:
+            assert time.monotonic() < deadline, f"{isolation}: only {out}"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            out.append((msg.offset(), msg.value()))
+        return out
+    finally:
+        consumer.close()
+
+
 def test_markers_read_committed_and_a_new_leader(cluster: ProcCluster) -> None:
     create_topic(cluster)
     leader = leader_of(cluster)
@@ -186,6 +209,11 @@ def test_markers_read_committed_and_a_new_leader(cluster: ProcCluster) -> None:
         codes = [p.error_code for m in raw.call(27, 1, stale).markers
                  for t in m.topics for p in t.partitions]  # fmt: skip
         assert codes == [Errors.TRANSACTION_COORDINATOR_FENCED]
+
+    # librdkafka reads our aborted list: read_committed skips a0, a1 (its first record is
+    # c0 at 2, records come in order), read_uncommitted gets all three.
+    assert consume(cluster, "read_committed", 1) == [(2, b"c0")]
+    assert consume(cluster, "read_uncommitted", 3) == [(0, b"a0"), (1, b"a1"), (2, b"c0")]
 
     # The followers completed the transactions and indexed the abort themselves.
     cluster.kill_broker(leader)
