@@ -466,6 +466,8 @@ class ReplicaManager:
         if isinstance(h, int):
             return h
         min_isr = self._min_isr(topic)
+        if len(h.core.isr) < min_isr:  # acks=all's check before appending, as for produces
+            return Errors.NOT_ENOUGH_REPLICAS
         result, last_offset = h.append_marker(
             producer_id, producer_epoch, commit, coordinator_epoch
         )

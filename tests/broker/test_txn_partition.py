@@ -23,6 +23,7 @@ from broker.fetcher import FollowerData
 from broker.replica_manager import ReplicaManager
 from broker.results import FetchResult
 from common.errors import Errors
+from metadata_log.records import PartitionChangeRecord
 from storage.control_batch import ABORT, COMMIT, build_marker_batch
 from storage.log import Log
 from storage.log_manager import LogManager
@@ -31,6 +32,7 @@ from storage.records import build_batch
 from storage.segment import FileSlice
 from storage.txn_index import AbortedTxn
 from tests.harness.replicas import (
+    TID,
     TOPIC,
     Metadata,
     batch,
@@ -147,6 +149,19 @@ async def test_markers_are_fenced_and_need_leadership(tmp_path: Path) -> None:
         await rm.write_txn_marker("nope", 0, 5, 3, True, 7, 1000)
         == Errors.UNKNOWN_TOPIC_OR_PARTITION
     )
+
+
+@run
+async def test_markers_wait_for_the_isr(tmp_path: Path) -> None:
+    md = Metadata()
+    rm = manager(tmp_path, **{"min.insync.replicas": "2"})
+    await rm.on_metadata_update(*md.update(*topic(replicas=(1, 2), isr=(1,))))
+    short = await rm.write_txn_marker(TOPIC, 0, 5, 0, True, 0, 1000)
+    assert short == Errors.NOT_ENOUGH_REPLICAS
+    assert rm.partition(TOPIC, 0).log.log_end_offset == 0  # type: ignore[union-attr]
+    await rm.on_metadata_update(*md.update(PartitionChangeRecord(TID, 0, (1, 2), 1, 0, 1)))
+    slow = await rm.write_txn_marker(TOPIC, 0, 5, 0, True, 0, 50)
+    assert slow == Errors.REQUEST_TIMED_OUT  # broker 2 never fetched the marker
 
 
 @run
