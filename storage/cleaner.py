@@ -44,17 +44,19 @@ taken as committed. The caller gives it (`plan_cleaning`'s `first_unstable_offse
 does not know where transactions stand and keeps transactional and control batches whole
 and their keys out of the offset map, as before transactions existed.
 
-Simplified from Kafka: the offset map holds whole keys (no hashing, no size cap); a
-producer whose batches all went is forgotten (Kafka keeps an empty batch, or the last
-marker, of each active producer; the partition layer's producer snapshots keep that
-state here); a batch kept for contiguity (below) is kept whole, never emptied.
+Producers: as Kafka, the last data batch of each active producer (or its last marker)
+is never removed, when the caller names them (`active_producers`); without that, a
+producer whose batches all went is forgotten (its producer snapshot still knows it).
+
+Simplified from Kafka: the offset map holds whole keys (no hashing, no size cap); a batch
+Kafka would keep empty (contiguity, an active producer's last) is kept whole here.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -94,6 +96,8 @@ class LogToClean:
     cleanable_bytes: int
     max_compaction_delay_ms: int  # > 0: max.compaction.lag.ms says clean now
     txn_aware: bool = False  # the range is bounded by the first unstable offset
+    # producer id -> (offset of its last data batch, or -1; its epoch): see plan_cleaning
+    active_producers: Mapping[int, tuple[int, int]] | None = None
 
     @property
     def cleanable_ratio(self) -> float:
@@ -116,6 +120,7 @@ def plan_cleaning(
     upper_bound: int | None,
     now_ms: int,
     first_unstable_offset: int | None = None,
+    active_producers: Mapping[int, tuple[int, int]] | None = None,
 ) -> LogToClean:
     """The cleanable range of `log` (Kafka's cleanableOffsets and calculateCleanableBytes).
 
@@ -125,9 +130,15 @@ def plan_cleaning(
     end offset when none is open; nothing at or above it is cleaned either (Kafka bounds
     the cleaner by the last stable offset). None: asks `log.first_unstable_offset_fn`;
     when that is None too, transactional batches are left alone (see the module notes).
+    `active_producers`: producer id -> (last offset of its last data batch, or -1 when its
+    last entry is a marker; its epoch), Kafka's lastRecordsOfActiveProducers. That batch,
+    or that marker of that epoch, is never removed, so the producer's sequence and epoch
+    survive a rebuild of its state from the log. None: asks `log.active_producers_fn`.
     """
     if first_unstable_offset is None and log.first_unstable_offset_fn is not None:
         first_unstable_offset = log.first_unstable_offset_fn()
+    if active_producers is None and log.active_producers_fn is not None:
+        active_producers = dict(log.active_producers_fn())
     snapshot = log.segments_snapshot()
     closed = snapshot[:-1]  # the active segment is never cleaned
     start, leo = log.log_start_offset, snapshot[-1][2]
@@ -158,6 +169,7 @@ def plan_cleaning(
         cleanable,
         _max_compaction_delay(log, closed, dirty, now_ms),
         txn_aware=first_unstable_offset is not None,
+        active_producers=active_producers,
     )
 
 
@@ -374,6 +386,7 @@ def _clean_segments(
     segments = to_clean.segments
     txns = CleanerTxnState() if to_clean.txn_aware else None
     keep = RecordFilter(offset_map, to_clean.first_uncleanable_offset, now_ms, lg, stats, txns)
+    keep.active_producers = to_clean.active_producers or {}
     group: _Group | None = None
     last: list[tuple[LogSegment, int]] | None = None
     try:

@@ -4,6 +4,7 @@ the rules on keys and tombstones, storage/cleaner_txn.py for transactions."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -50,6 +51,7 @@ class RecordFilter:
         txns: CleanerTxnState | None,
     ) -> None:
         self.txns = txns
+        self.active_producers: Mapping[int, tuple[int, int]] = {}
         self.offset_map = offset_map
         self.map_end = map_end  # records at or above it are always kept
         self.now_ms = now_ms
@@ -59,6 +61,7 @@ class RecordFilter:
     def __call__(self, view: RecordBatchView, must_keep: bool) -> tuple[bytes | None, bool]:
         """(bytes to write or None, whether they differ from the original). `must_keep`:
         a batch that would lose every record is kept whole instead."""
+        must_keep = must_keep or self._last_of_active_producer(view)
         original = bytes(view.memory())
         txns = self.txns
         if txns is None:
@@ -108,6 +111,20 @@ class RecordFilter:
         )
         stats.batches_rebuilt += 1
         return rebuild_batch(view, retained, horizon), True
+
+    def _last_of_active_producer(self, view: RecordBatchView) -> bool:
+        """Kafka's isBatchLastRecordOfProducer: the batch holding an active producer's
+        last sequence, or, when its last entry is a marker, that marker (its epoch
+        fences older producers)."""
+        if not self.active_producers:
+            return False
+        last = self.active_producers.get(view.producer_id)
+        if last is None or view.producer_id < 0:
+            return False
+        last_data_offset, epoch = last
+        if last_data_offset >= 0:
+            return view.last_offset == last_data_offset
+        return view.is_control and view.producer_epoch == epoch
 
     def _control(
         self, view: RecordBatchView, original: bytes, must_keep: bool

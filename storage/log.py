@@ -15,7 +15,7 @@ import bisect
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from common.clock import SYSTEM_CLOCK
@@ -81,6 +81,9 @@ class Log(TxnLogMixin):
         # The partition layer's first unstable offset (LEO when no transaction is open):
         # the log cleaner's bound (storage/cleaner.py). None: not known here.
         self.first_unstable_offset_fn: Callable[[], int] | None = None
+        # The partition layer's active producers for the cleaner: producer id -> (last
+        # data offset or -1, epoch) (storage/cleaner.py plan_cleaning). None: not known.
+        self.active_producers_fn: Callable[[], Mapping[int, tuple[int, int]]] | None = None
         loaded = load_log(
             self.dir,
             self._new_segment,

@@ -346,3 +346,42 @@ def test_a_crash_at_any_step_of_a_transactional_swap_recovers(tmp_path: Path) ->
         assert [m[:2] for m in markers(reopened)] == [m[:2] for m in markers(reference.log)]
         assert set(reopened.collect_aborted_txns(0, 1000)) <= set(aborts), step
         assert reopened.txn_indexes_ok(), step
+
+
+def idempotent(t: TxnLog, pid: int, pairs: Pairs) -> int:
+    records = [Record(v, k, timestamp=T0) for k, v in pairs]
+    batch = build_batch(records, producer_id=pid, producer_epoch=1, base_sequence=0, now_ms=T0)
+    return t.log.append_as_leader(batch, 0).first_offset
+
+
+def test_an_active_producers_last_batch_is_kept_whole(tmp_path: Path) -> None:
+    for active in (False, True):
+        t = TxnLog(tmp_path / str(active))
+        at = idempotent(t, 40, [(b"k", b"old")])  # 0: producer 40's last batch
+        t.plain([(b"k", b"new")])  # 1 hides it
+        t.log.roll()
+        t.log.active_producers_fn = (lambda at=at: {40: (at, 1)}) if active else None
+        t.clean()
+        kept = [b for b in batches(t.log) if b.pid == 40]
+        if active:  # its sequence and epoch stay in the log (Kafka keeps it, emptied)
+            assert [(b.base, b.epoch, b.seq) for b in kept] == [(0, 1, 0)]
+        else:
+            assert kept == []
+
+
+def test_an_active_producers_last_marker_outlives_its_horizon(tmp_path: Path) -> None:
+    t = TxnLog(tmp_path)
+    t.txn(10, [(b"k", b"a")])  # 0
+    at = t.end(10, commit=False)  # 1: producer 10's last entry
+    t.log.roll()
+    t.log.active_producers_fn = lambda: {10: (-1, 3)}
+    for i, now in enumerate((T0, T0 + 1, T0 + 2 * DAY)):
+        t.plain([(b"z", b"%d" % i)])
+        t.log.roll()
+        t.clean(now)
+    assert [m[:2] for m in markers(t.log)] == [(at, ABORT)]
+    t.log.active_producers_fn = lambda: {10: (-1, 4)}  # a newer epoch: no longer its last
+    t.plain([(b"z", b"x")])
+    t.log.roll()
+    t.clean(T0 + 3 * DAY)
+    assert markers(t.log) == []
