@@ -131,6 +131,8 @@ class HostedPartition:
         # The log cleaner (a thread) must not clean past the LSO (Kafka's
         # firstUncleanableDirtyOffset): transactions there are not decided yet.
         self.log.first_unstable_offset_fn = self._cleaner_bound
+        # ... nor remove the batch (or marker) producer state is rebuilt from.
+        self.log.active_producers_fn = self.producers.last_records
 
     def _cleaner_bound(self) -> int:
         hw = self.core.high_watermark

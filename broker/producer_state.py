@@ -435,6 +435,16 @@ class ProducerStateManager:
             key=lambda x: x[0],
         )  # fmt: skip
 
+    def last_records(self) -> dict[int, tuple[int, int]]:
+        """Kafka's lastRecordsOfActiveProducers, for the log cleaner (another thread,
+        so from a copy): producer id -> (last offset of its last data batch, -1 when it
+        has none; its epoch). The cleaner keeps those batches (or that epoch's marker)."""
+        out = {}
+        for pid, e in list(self._producers.items()):
+            batches = list(e.batches)
+            out[pid] = (batches[-1].last_offset if batches else -1, e.epoch)
+        return out
+
     def clear(self) -> None:
         self._producers.clear()
         self._ongoing.clear()

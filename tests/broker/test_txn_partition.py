@@ -93,6 +93,10 @@ async def test_read_committed_stops_at_the_lso_and_lists_the_aborted(tmp_path: P
     assert await produce(rm, txn_batch(b"c", pid=6)) == 0
     h = rm.partition(TOPIC, 0)
     assert h is not None and h.core.high_watermark == 3 and h.last_stable_offset == 0
+    # The log cleaner stops at the LSO and keeps each producer's last batch.
+    assert h.log.first_unstable_offset_fn is not None and h.log.first_unstable_offset_fn() == 0
+    assert h.log.active_producers_fn is not None
+    assert dict(h.log.active_producers_fn()) == {5: (1, 0), 6: (2, 0)}
     r, values = read(rm, 0, 1)
     assert (values, r.high_watermark, r.last_stable_offset, r.aborted) == ([], 3, 0, ())
     assert rm.list_offset(TOPIC, 0, -1, -1, 1).offset == 0
