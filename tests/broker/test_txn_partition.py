@@ -318,3 +318,24 @@ def test_fetch_response_carries_the_aborted_list(version: int, tmp_path: Path) -
     assert [(a.producer_id, a.first_offset) for a in p0.aborted_transactions] == [(5, 0), (9, 10)]
     assert p0.records == data and p0.last_stable_offset == 4
     assert p1.aborted_transactions == () and p1.records == b""
+
+
+@run
+async def test_an_abort_the_index_lost_is_found_again_by_the_replay(tmp_path: Path) -> None:
+    """A machine crash kept the marker but not its index entry: the restart's replay
+    after the snapshot indexes the abort again."""
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic()))
+    assert await produce(rm, txn_batch(b"a", b"b", pid=5)) == 0
+    h = rm.partition(TOPIC, 0)
+    assert h is not None
+    h.log.roll()  # the snapshot at 2 has producer 5's transaction open
+    assert await rm.write_txn_marker(TOPIC, 0, 5, 0, False, 1, 1000) == 0
+    assert read(rm, 0, 1)[0].aborted == (AbortedTxn(5, 0, 2, 3),)
+    rm.log_manager.shutdown()  # no snapshot at the end: the crash's view
+    for path in h.log.dir.iterdir():
+        if path.name.endswith(".txnindex"):
+            path.write_bytes(b"")
+    rm2 = await _restart(tmp_path, md)
+    assert read(rm2, 0, 1)[0].aborted == (AbortedTxn(5, 0, 2, 3),)
