@@ -226,6 +226,8 @@ class ProducerStateManager:
             done = [f for f, (_p, last) in self._unreplicated.items() if last < high_watermark]
             for f in done:
                 del self._unreplicated[f]
+        elif not self._ongoing:
+            return None  # the common case (no transactions): every fetch asks
         firsts = [*self._ongoing, *self._unreplicated]
         return min(firsts) if firsts else None
 
