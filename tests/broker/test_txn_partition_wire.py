@@ -161,6 +161,15 @@ def test_markers_read_committed_and_a_new_leader(cluster: ProcCluster) -> None:
         plain = raw.call(0, 9, produce(TOPIC, 0, txn_records(committed_pid, b"x", seq=1)))
         code = plain.responses[0].partition_responses[0].error_code
         assert code == Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        # One producer per request (Kafka's INVALID_PRODUCER_ID_MAPPING), for every
+        # partition, nothing appended.
+        two = {"transactional_id": TXN_ID, "acks": -1, "timeout": 5000, "topic_data": [
+            {"name": n, "partition_data": [{"index": 0, "records": txn_records(pid, b"y")}]}
+            for n, pid in ((TOPIC, aborted_pid), ("elsewhere", committed_pid))]}  # fmt: skip
+        resp = raw.call(0, 9, request(0, 9, two))
+        assert [p.error_code for t in resp.responses for p in t.partition_responses] == [
+            Errors.INVALID_PRODUCER_ID_MAPPING
+        ] * 2
         open_ = fetch_at(raw, 1)
         assert (open_.high_watermark, open_.last_stable_offset, open_.records) == (3, 0, b"")
         assert open_.aborted_transactions == ()
