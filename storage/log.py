@@ -3,7 +3,8 @@
 Append validated batches (as leader: assign offsets and stamp the leader epoch in
 place; as follower: keep the leader's offsets), read slices bounded by a max offset
 (the HW), look up by timestamp, truncate, move the log start, apply retention, flush,
-and recover a torn tail after a crash. Mirrors Kafka's UnifiedLog/LocalLog.
+and recover a torn tail after a crash. Mirrors Kafka's UnifiedLog/LocalLog. The
+transaction side (aborted-transaction indexes, producer snapshots) is storage/log_txn.py.
 
 Thread safety: every public method takes the log's lock, except that `flush` does its
 fsyncs outside it so a background flush never stalls appends.
@@ -78,11 +79,13 @@ class Log(TxnLogMixin):
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
         self.on_roll: Callable[[int], None] | None = None  # see TxnLogMixin.on_roll
-        # The partition layer's first unstable offset (LEO when no transaction is open):
-        # the log cleaner's bound (storage/cleaner.py). None: not known here.
+        # Set by the partition layer for the log cleaner (storage/cleaner.py plan_cleaning),
+        # which calls them from its worker thread: they must not iterate state the event
+        # loop mutates (return a value kept up to date, or a copy made in one C call).
+        # The first unstable offset (the LEO when no transaction is open): the cleaner's
+        # bound. None: not known, and the cleaner leaves transactional batches alone.
         self.first_unstable_offset_fn: Callable[[], int] | None = None
-        # The partition layer's active producers for the cleaner: producer id -> (last
-        # data offset or -1, epoch) (storage/cleaner.py plan_cleaning). None: not known.
+        # Active producers: producer id -> (last data offset or -1, epoch). None: unknown.
         self.active_producers_fn: Callable[[], Mapping[int, tuple[int, int]]] | None = None
         loaded = load_log(
             self.dir,

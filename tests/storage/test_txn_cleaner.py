@@ -385,3 +385,13 @@ def test_an_active_producers_last_marker_outlives_its_horizon(tmp_path: Path) ->
     t.log.roll()
     t.clean(T0 + 3 * DAY)
     assert markers(t.log) == []
+
+
+def test_an_aborted_record_never_hides_an_older_committed_one(tmp_path: Path) -> None:
+    t = TxnLog(tmp_path)
+    t.plain([(b"k", b"old")])  # 0
+    t.txn(10, [(b"k", b"bad")])  # 1: the newest of k, but aborted
+    t.end(10, commit=False)  # 2
+    t.log.roll()
+    t.clean()
+    assert values(t.log) == [(0, b"k", b"old")]
