@@ -185,9 +185,9 @@ class HostedPartition:
                 f"min.insync.replicas={min_isr}",
             ), None
         result, last_offset = self.append_as_leader(batches, guard, verify)
-        return self._maybe_wait(result, last_offset, acks, min_isr, token)
+        return self.acks_wait(result, last_offset, acks, min_isr, token)
 
-    def _maybe_wait(
+    def acks_wait(
         self,
         result: ProduceResult,
         last_offset: int,
@@ -195,6 +195,8 @@ class HostedPartition:
         min_isr: int,
         token: asyncio.Future[int],
     ) -> tuple[ProduceResult, int | None]:
+        """After an append: the offset the HW must reach before answering (acks=all),
+        or None to answer `result` now."""
         if result.error_code != Errors.NONE or acks != -1:
             return result, None
         code = self.core.add_pending(last_offset + 1, min_isr, token)

@@ -474,7 +474,7 @@ class ReplicaManager:
         if result.error_code:
             return result.error_code
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        result, required = h._maybe_wait(result, last_offset, -1, min_isr, fut)
+        result, required = h.acks_wait(result, last_offset, -1, min_isr, fut)
         done = await self._await_hw(h, result, required, fut, min_isr, timeout_ms)
         if done.error_code == Errors.NONE:
             # As Kafka's onTransactionCompleted: once the marker is replicated.
