@@ -339,3 +339,28 @@ async def test_an_abort_the_index_lost_is_found_again_by_the_replay(tmp_path: Pa
             path.write_bytes(b"")
     rm2 = await _restart(tmp_path, md)
     assert read(rm2, 0, 1)[0].aborted == (AbortedTxn(5, 0, 2, 3),)
+
+
+@run
+async def test_a_follower_truncating_a_marker_reopens_its_transaction(tmp_path: Path) -> None:
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic(replicas=(2, 1), leader=2)))
+    leader = Log(tmp_path / "leader" / f"{TOPIC}-0")
+    leader.append_as_leader(bytearray(txn_batch(b"a", pid=5)), 0)
+    leader.append_as_leader(bytearray(build_marker_batch(5, 0, ABORT, 0, 0)), 0)
+    sent = rm.follower_fetch_state((TOPIC, 0))
+    assert sent is not None
+    data = FollowerData(0, 2, 0, leader.read(0, 1 << 20).read())
+    assert await rm.process_follower_data((TOPIC, 0), sent, data) == 0
+    h = rm.partition(TOPIC, 0)
+    assert h is not None and h.log.collect_aborted_txns(0, 2) == [AbortedTxn(5, 0, 1, 2)]
+    assert h.last_stable_offset == 2
+    # A new leader (epoch 1) never had the marker: epoch 0 ended at 1 for it.
+    st = rm.follower_fetch_state((TOPIC, 0))
+    assert st is not None
+    await rm.process_follower_data((TOPIC, 0), st, FollowerData(0, 1, 0, None, (0, 1)))
+    assert h.log.log_end_offset == 1
+    assert h.log.collect_aborted_txns(0, 2) == []  # the abort went with its marker
+    assert h.producers.ongoing_txns() == {0: 5}  # open again
+    assert h.last_stable_offset == 0
