@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import struct
 import uuid
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,7 @@ from storage.log_types import FetchDataInfo
 from storage.record_batch import (
     ATTRIBUTES,
     CONTROL_MASK,
+    PRODUCER_ID,
     TRANSACTIONAL_MASK,
     CheckedBatch,
     RecordBatchError,
@@ -107,16 +109,24 @@ async def _append(produce: Awaitable[ProduceResult]) -> ProduceResult:
         return ProduceResult(Errors.INVALID_RECORD, error_message=f"broker error: {e!r}")
 
 
-def _has_transactional_records(body: Any) -> bool:
-    """Kafka's RequestUtils.hasTransactionalRecords: is the first batch of any
-    partition transactional?"""
+_PID_EPOCH = struct.Struct(">qh")  # a batch's producer id and epoch, at PRODUCER_ID
+
+
+def _transactional_producers(body: Any) -> set[tuple[int, int]]:
+    """(producer id, epoch) of each partition's transactional first batch: Kafka's
+    RequestUtils.hasTransactionalRecords when not empty, and the request may name one
+    producer only (handleProduceAppend's INVALID_PRODUCER_ID_MAPPING)."""
     low = ATTRIBUTES + 1  # the attributes' low byte holds the flag
+    out: set[tuple[int, int]] = set()
     for t in body.topic_data:
         for p in t.partition_data:
             records = p.records
             if records and len(records) > low and records[low] & TRANSACTIONAL_MASK:
-                return True
-    return False
+                if len(records) >= PRODUCER_ID + _PID_EPOCH.size:
+                    out.add(_PID_EPOCH.unpack_from(records, PRODUCER_ID))
+                else:
+                    out.add((-1, -1))  # too short: the batch check refuses it
+    return out
 
 
 async def handle_produce(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
@@ -124,12 +134,15 @@ async def handle_produce(apis: BrokerApis, header: RequestHeader, body: Any) -> 
     authz = apis.authorizer is not None
     tid = getattr(body, "transactional_id", None)
     # Kafka: transactional records need a transactional id the principal may WRITE (an
-    # absent id is refused with or without an authorizer).
-    if _has_transactional_records(body) and (
-        tid is None
-        or (authz and not apis.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid))
-    ):
-        return produce_error(header, body, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    # absent id is refused with or without an authorizer), and one producer.
+    txn_producers = _transactional_producers(body)
+    if txn_producers:
+        if tid is None or (
+            authz and not apis.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid)
+        ):
+            return produce_error(header, body, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if len(txn_producers) > 1:
+            return produce_error(header, body, Errors.INVALID_PRODUCER_ID_MAPPING)
     acks = body.acks
     acks_valid = acks in (0, 1, -1)  # the only check of acks on the produce path
     timeout_ms = to_ms(body.timeout)

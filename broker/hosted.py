@@ -127,6 +127,18 @@ class HostedPartition:
     def name(self) -> str:
         return f"{self.core.topic}-{self.core.partition}"
 
+    def __post_init__(self) -> None:
+        # The log cleaner (a thread) must not clean past the LSO (Kafka's
+        # firstUncleanableDirtyOffset): transactions there are not decided yet.
+        self.log.first_unstable_offset_fn = self._cleaner_bound
+        # ... nor remove the batch (or marker) producer state is rebuilt from.
+        self.log.active_producers_fn = self.producers.last_records
+
+    def _cleaner_bound(self) -> int:
+        hw = self.core.high_watermark
+        first = self.producers.peek_first_unstable_offset(hw)
+        return hw if first is None else min(first, hw)
+
     def wake(self) -> None:
         wake(self.waiters)
 
@@ -173,9 +185,9 @@ class HostedPartition:
                 f"min.insync.replicas={min_isr}",
             ), None
         result, last_offset = self.append_as_leader(batches, guard, verify)
-        return self._maybe_wait(result, last_offset, acks, min_isr, token)
+        return self.acks_wait(result, last_offset, acks, min_isr, token)
 
-    def _maybe_wait(
+    def acks_wait(
         self,
         result: ProduceResult,
         last_offset: int,
@@ -183,6 +195,8 @@ class HostedPartition:
         min_isr: int,
         token: asyncio.Future[int],
     ) -> tuple[ProduceResult, int | None]:
+        """After an append: the offset the HW must reach before answering (acks=all),
+        or None to answer `result` now."""
         if result.error_code != Errors.NONE or acks != -1:
             return result, None
         code = self.core.add_pending(last_offset + 1, min_isr, token)

@@ -68,11 +68,28 @@ def restore_producer_state(lg: Log, name: str) -> ProducerStateManager:
     elif snap is not None:
         offset, entries = snap
         producers.load_snapshot(entries)
-        producers.replay(log_headers(lg, offset))
+        _index_missing(lg, producers.replay(log_headers(lg, offset)))
     else:
-        producers.rebuild(log_headers(lg))
+        _index_missing(lg, producers.rebuild(log_headers(lg)))
     lg.on_roll = lambda offset: take_snapshot(lg, producers, offset)
     return producers
+
+
+def _index_missing(lg: Log, aborted: list[CompletedTxn]) -> None:
+    """Aborts the replay found that the index lacks: a machine crash can lose the last
+    index appends while the log kept the markers (Kafka rebuilds the index of the
+    segments it recovers)."""
+    if not aborted:
+        return
+    first = min(t.first_offset for t in aborted)
+    have = {
+        (a.producer_id, a.first_offset) for a in lg.collect_aborted_txns(first, lg.log_end_offset)
+    }
+    for txn in aborted:
+        if (txn.producer_id, txn.first_offset) not in have:
+            log.warning("%s: the transaction index lacked the abort at %d; added", lg.dir.name,
+                        txn.last_offset)  # fmt: skip
+            lg.add_aborted_txn(aborted_entry(txn))
 
 
 def take_snapshot(lg: Log, producers: ProducerStateManager, offset: int) -> None:

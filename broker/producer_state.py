@@ -227,7 +227,17 @@ class ProducerStateManager:
             done = [f for f, (_p, last) in self._unreplicated.items() if last < high_watermark]
             for f in done:
                 del self._unreplicated[f]
+        elif not self._ongoing:
+            return None  # the common case (no transactions): every fetch asks
         firsts = [*self._ongoing, *self._unreplicated]
+        return min(firsts) if firsts else None
+
+    def peek_first_unstable_offset(self, high_watermark: int) -> int | None:
+        """`first_unstable_offset` without completing anything, safe to call from
+        another thread (the log cleaner's): it reads copies of the maps."""
+        firsts = list(self._ongoing)
+        unreplicated = list(self._unreplicated.items())
+        firsts += [f for f, (_p, last) in unreplicated if last >= high_watermark]
         return min(firsts) if firsts else None
 
     def last_stable_offset(self, high_watermark: int) -> int:
@@ -438,6 +448,16 @@ class ProducerStateManager:
              if e.batches or e.current_txn_first_offset >= 0),
             key=lambda x: x[0],
         )  # fmt: skip
+
+    def last_records(self) -> dict[int, tuple[int, int]]:
+        """Kafka's lastRecordsOfActiveProducers, for the log cleaner (another thread,
+        so from a copy): producer id -> (last offset of its last data batch, -1 when it
+        has none; its epoch). The cleaner keeps those batches (or that epoch's marker)."""
+        out = {}
+        for pid, e in list(self._producers.items()):
+            batches = list(e.batches)
+            out[pid] = (batches[-1].last_offset if batches else -1, e.epoch)
+        return out
 
     def clear(self) -> None:
         self._producers.clear()

@@ -21,7 +21,7 @@ import contextlib
 import dataclasses
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.alter_partition import AlterPartitionManager
@@ -36,6 +36,7 @@ from broker.producer_state import ProducerStateManager
 from broker.record_deletion import LogStartCheckpointer
 from broker.replication_quota import ReplicationQuota
 from broker.results import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from broker.txn_verify import Verifier, verify_first_append
 from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import Errors
 from metadata_log.delta import MetadataDelta
@@ -51,7 +52,6 @@ from storage.record_batch import CheckedBatch
 log = logging.getLogger("broker.replica_manager")
 
 TP = tuple[str, int]
-Verifier = Callable[[str, int, int, str, int], Awaitable[int]]
 
 
 @dataclass(eq=False)
@@ -395,23 +395,18 @@ class ReplicaManager:
             return ProduceResult(h)
         guard = None
         verify = self.verifier is not None
-        first = batches[0]
-        if verify and first.is_transactional and not h.producers.has_ongoing_txn(first.producer_id):
-            if transactional_id is None:
-                return ProduceResult(
-                    Errors.INVALID_TXN_STATE,
-                    error_message="transactional records without a transactional id",
-                )
-            guard = h.producers.start_verification(first.producer_id)
+        if verify:
             assert self.verifier is not None
-            code = await self.verifier(
-                transactional_id, first.producer_id, first.producer_epoch, topic, partition
+            checked = await verify_first_append(
+                self.verifier, h, topic, partition, batches[0], transactional_id
             )
-            if code:
-                return _verify_failed(code)
-            h = self._leader(topic, partition, -1)  # leadership may have moved meanwhile
-            if isinstance(h, int):
-                return ProduceResult(h)
+            if isinstance(checked, ProduceResult):
+                return checked
+            if checked is not None:  # it awaited the coordinator: is it still ours?
+                guard = checked
+                h = self._leader(topic, partition, -1)
+                if isinstance(h, int):
+                    return ProduceResult(h)
         return await self._wait_append(h, topic, acks, timeout_ms, batches, guard, verify)
 
     async def _wait_append(
@@ -471,13 +466,15 @@ class ReplicaManager:
         if isinstance(h, int):
             return h
         min_isr = self._min_isr(topic)
+        if len(h.core.isr) < min_isr:  # acks=all's check before appending, as for produces
+            return Errors.NOT_ENOUGH_REPLICAS
         result, last_offset = h.append_marker(
             producer_id, producer_epoch, commit, coordinator_epoch
         )
         if result.error_code:
             return result.error_code
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        result, required = h._maybe_wait(result, last_offset, -1, min_isr, fut)
+        result, required = h.acks_wait(result, last_offset, -1, min_isr, fut)
         done = await self._await_hw(h, result, required, fut, min_isr, timeout_ms)
         if done.error_code == Errors.NONE:
             # As Kafka's onTransactionCompleted: once the marker is replicated.
@@ -711,28 +708,3 @@ class ReplicaManager:
         for h in self._partitions.values():
             finish(h.core.drain_pending(), Errors.NOT_LEADER_OR_FOLLOWER)
             h.wake()
-
-
-# Kafka's handleProduceAppend: verification errors older clients would not retry
-# become NOT_ENOUGH_REPLICAS (retriable, no metadata refresh).
-_VERIFY_RETRIABLE = frozenset(
-    {
-        Errors.CONCURRENT_TRANSACTIONS,
-        Errors.NETWORK_EXCEPTION,
-        Errors.COORDINATOR_LOAD_IN_PROGRESS,
-        Errors.COORDINATOR_NOT_AVAILABLE,
-        Errors.NOT_COORDINATOR,
-    }
-)
-
-
-def _verify_failed(code: int) -> ProduceResult:
-    if code == Errors.INVALID_TXN_STATE:
-        return ProduceResult(code, error_message="Partition was not added to the transaction")
-    if code in _VERIFY_RETRIABLE:
-        why = (
-            "Unable to verify the partition has been added to the transaction. "
-            f"Underlying error: {code}"
-        )
-        return ProduceResult(Errors.NOT_ENOUGH_REPLICAS, error_message=why)
-    return ProduceResult(code)

@@ -8,6 +8,7 @@ log when those are corrupt). The Fetch response's aborted list is checked with k
 
 from __future__ import annotations
 
+import asyncio
 import io
 import uuid
 from pathlib import Path
@@ -22,6 +23,7 @@ from broker.fetcher import FollowerData
 from broker.replica_manager import ReplicaManager
 from broker.results import FetchResult
 from common.errors import Errors
+from metadata_log.records import PartitionChangeRecord
 from storage.control_batch import ABORT, COMMIT, build_marker_batch
 from storage.log import Log
 from storage.log_manager import LogManager
@@ -30,6 +32,7 @@ from storage.records import build_batch
 from storage.segment import FileSlice
 from storage.txn_index import AbortedTxn
 from tests.harness.replicas import (
+    TID,
     TOPIC,
     Metadata,
     batch,
@@ -90,6 +93,10 @@ async def test_read_committed_stops_at_the_lso_and_lists_the_aborted(tmp_path: P
     assert await produce(rm, txn_batch(b"c", pid=6)) == 0
     h = rm.partition(TOPIC, 0)
     assert h is not None and h.core.high_watermark == 3 and h.last_stable_offset == 0
+    # The log cleaner stops at the LSO and keeps each producer's last batch.
+    assert h.log.first_unstable_offset_fn is not None and h.log.first_unstable_offset_fn() == 0
+    assert h.log.active_producers_fn is not None
+    assert dict(h.log.active_producers_fn()) == {5: (1, 0), 6: (2, 0)}
     r, values = read(rm, 0, 1)
     assert (values, r.high_watermark, r.last_stable_offset, r.aborted) == ([], 3, 0, ())
     assert rm.list_offset(TOPIC, 0, -1, -1, 1).offset == 0
@@ -102,7 +109,8 @@ async def test_read_committed_stops_at_the_lso_and_lists_the_aborted(tmp_path: P
     assert await rm.write_txn_marker(TOPIC, 0, 6, 0, True, 1, 1000) == 0
     assert h.last_stable_offset == 5 == h.log.log_end_offset
     r, values = read(rm, 0, 1)
-    assert values == [b"a", b"b", b"c"]  # the client drops the aborted ones by the list
+    # Data and both markers; the client drops the aborted records by the list.
+    assert values[:3] == [b"a", b"b", b"c"] and len(values) == 5
     assert [(t.producer_id, t.first_offset) for t in r.aborted or ()] == [(5, 0)]
     r, _ = read(rm, 4, 1)
     assert r.aborted == ()  # nothing read: no list
@@ -112,6 +120,22 @@ async def test_read_committed_stops_at_the_lso_and_lists_the_aborted(tmp_path: P
     entry = h.producers.entry(6)
     assert entry is not None and entry.coordinator_epoch == 1
     assert entry.current_txn_first_offset == -1
+
+
+@run
+async def test_a_read_committed_long_poll_waits_for_the_lso(tmp_path: Path) -> None:
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic()))
+    assert await produce(rm, txn_batch(b"a", pid=5)) == 0
+    committed = asyncio.create_task(rm.wait_for_data([fp(0)], 1, 30_000, -1, 1))
+    uncommitted = await rm.wait_for_data([fp(0)], 1, 30_000, -1, 0)
+    assert fp(0) in uncommitted  # below the HW: read at once
+    await asyncio.sleep(0)
+    assert not committed.done()  # the LSO is 0: nothing to read committed
+    assert await rm.write_txn_marker(TOPIC, 0, 5, 0, True, 0, 1000) == 0
+    found = await asyncio.wait_for(committed, 5)
+    assert found[fp(0)].size > 0
 
 
 @run
@@ -129,6 +153,19 @@ async def test_markers_are_fenced_and_need_leadership(tmp_path: Path) -> None:
         await rm.write_txn_marker("nope", 0, 5, 3, True, 7, 1000)
         == Errors.UNKNOWN_TOPIC_OR_PARTITION
     )
+
+
+@run
+async def test_markers_wait_for_the_isr(tmp_path: Path) -> None:
+    md = Metadata()
+    rm = manager(tmp_path, **{"min.insync.replicas": "2"})
+    await rm.on_metadata_update(*md.update(*topic(replicas=(1, 2), isr=(1,))))
+    short = await rm.write_txn_marker(TOPIC, 0, 5, 0, True, 0, 1000)
+    assert short == Errors.NOT_ENOUGH_REPLICAS
+    assert rm.partition(TOPIC, 0).log.log_end_offset == 0  # type: ignore[union-attr]
+    await rm.on_metadata_update(*md.update(PartitionChangeRecord(TID, 0, (1, 2), 1, 0, 1)))
+    slow = await rm.write_txn_marker(TOPIC, 0, 5, 0, True, 0, 50)
+    assert slow == Errors.REQUEST_TIMED_OUT  # broker 2 never fetched the marker
 
 
 @run
@@ -206,6 +243,7 @@ async def test_restart_restores_lso_and_aborted_list_from_its_files(tmp_path: Pa
     h = rm.partition(TOPIC, 0)
     assert h is not None
     h.log.roll()  # a snapshot at the roll (offset 5)
+    assert (h.log.dir / f"{5:020d}.snapshot").exists()
     assert await produce(rm, txn_batch(b"d", pid=7)) == 0  # open across the restart
     before = _state(rm)
     assert before[0] == 5 and before[3] == {5: 7}
@@ -222,7 +260,9 @@ async def test_restart_restores_lso_and_aborted_list_from_its_files(tmp_path: Pa
 
 
 @pytest.mark.parametrize("damage", ["txnindex", "snapshot"])
-def test_corrupt_txnindex_or_snapshot_is_rebuilt_from_the_log(tmp_path: Path, damage: str) -> None:
+def test_corrupt_txnindex_or_snapshot_is_rebuilt_from_the_log(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
     @run
     async def scenario(tmp_path: Path) -> None:
         md = Metadata()
@@ -235,11 +275,23 @@ def test_corrupt_txnindex_or_snapshot_is_rebuilt_from_the_log(tmp_path: Path, da
         assert h is not None
         rm.snapshot_producer_states()
         rm.log_manager.shutdown()
+        damaged = 0
         for path in h.log.dir.iterdir():
             if path.name.endswith("." + damage):
-                path.write_bytes(path.read_bytes()[:-3] + b"\xff\xff\xff")
+                raw = path.read_bytes()
+                # .txnindex: a torn entry (not a multiple of 34 bytes); .snapshot: a
+                # body its CRC no longer matches.
+                path.write_bytes(
+                    raw + b"\x00\x07" if damage == "txnindex" else raw[:-3] + b"\xff" * 3
+                )
+                damaged += 1
+        assert damaged
+        caplog.clear()
         rm2 = await _restart(tmp_path, md)
         assert _state(rm2) == before
+        said = caplog.text
+        assert ("transaction index unusable" in said) == (damage == "txnindex"), said
+        assert damage != "snapshot" or "snapshot" in said, said
 
     scenario(tmp_path)
 
@@ -266,3 +318,49 @@ def test_fetch_response_carries_the_aborted_list(version: int, tmp_path: Path) -
     assert [(a.producer_id, a.first_offset) for a in p0.aborted_transactions] == [(5, 0), (9, 10)]
     assert p0.records == data and p0.last_stable_offset == 4
     assert p1.aborted_transactions == () and p1.records == b""
+
+
+@run
+async def test_an_abort_the_index_lost_is_found_again_by_the_replay(tmp_path: Path) -> None:
+    """A machine crash kept the marker but not its index entry: the restart's replay
+    after the snapshot indexes the abort again."""
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic()))
+    assert await produce(rm, txn_batch(b"a", b"b", pid=5)) == 0
+    h = rm.partition(TOPIC, 0)
+    assert h is not None
+    h.log.roll()  # the snapshot at 2 has producer 5's transaction open
+    assert await rm.write_txn_marker(TOPIC, 0, 5, 0, False, 1, 1000) == 0
+    assert read(rm, 0, 1)[0].aborted == (AbortedTxn(5, 0, 2, 3),)
+    rm.log_manager.shutdown()  # no snapshot at the end: the crash's view
+    for path in h.log.dir.iterdir():
+        if path.name.endswith(".txnindex"):
+            path.write_bytes(b"")
+    rm2 = await _restart(tmp_path, md)
+    assert read(rm2, 0, 1)[0].aborted == (AbortedTxn(5, 0, 2, 3),)
+
+
+@run
+async def test_a_follower_truncating_a_marker_reopens_its_transaction(tmp_path: Path) -> None:
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic(replicas=(2, 1), leader=2)))
+    leader = Log(tmp_path / "leader" / f"{TOPIC}-0")
+    leader.append_as_leader(bytearray(txn_batch(b"a", pid=5)), 0)
+    leader.append_as_leader(bytearray(build_marker_batch(5, 0, ABORT, 0, 0)), 0)
+    sent = rm.follower_fetch_state((TOPIC, 0))
+    assert sent is not None
+    data = FollowerData(0, 2, 0, leader.read(0, 1 << 20).read())
+    assert await rm.process_follower_data((TOPIC, 0), sent, data) == 0
+    h = rm.partition(TOPIC, 0)
+    assert h is not None and h.log.collect_aborted_txns(0, 2) == [AbortedTxn(5, 0, 1, 2)]
+    assert h.last_stable_offset == 2
+    # A new leader (epoch 1) never had the marker: epoch 0 ended at 1 for it.
+    st = rm.follower_fetch_state((TOPIC, 0))
+    assert st is not None
+    await rm.process_follower_data((TOPIC, 0), st, FollowerData(0, 1, 0, None, (0, 1)))
+    assert h.log.log_end_offset == 1
+    assert h.log.collect_aborted_txns(0, 2) == []  # the abort went with its marker
+    assert h.producers.ongoing_txns() == {0: 5}  # open again
+    assert h.last_stable_offset == 0

@@ -155,6 +155,14 @@ def test_snapshot_entries_round_trip_with_the_open_transaction() -> None:
     assert dup is not None and dup.first_offset == 5  # the retried last batch
 
 
+def test_last_records_name_each_producers_last_data_batch_and_epoch() -> None:
+    ps = ProducerStateManager()
+    ps.record([data(1, 2, 0, 3)], first_offset=5)  # 5..7
+    ps.record([marker(1, 2, commit=True)], first_offset=8)
+    ps.record([marker(4, 1, commit=False)], first_offset=9)  # a marker only
+    assert ps.last_records() == {1: (7, 2), 4: (-1, 1)}
+
+
 def test_rebuild_from_views_returns_the_aborted_transactions() -> None:
     raws = []
     for offset, raw in enumerate((
