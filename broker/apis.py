@@ -47,6 +47,7 @@ from broker import (
     apis_records,
     apis_sasl,
     apis_txn,
+    apis_txn_markers,
 )
 from broker.apis_common import ApiHandler, BrokerApis, CloseConnection, Response
 from broker.codec import (
@@ -230,6 +231,7 @@ HANDLERS = _by_key(
     apis_records.API_HANDLERS,
     apis_reassign.API_HANDLERS,
     apis_txn.API_HANDLERS,
+    apis_txn_markers.API_HANDLERS,
     API_HANDLERS,
 )
 # What ApiVersions advertises: exactly the rows above.

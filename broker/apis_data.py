@@ -47,6 +47,7 @@ from common.topics import INTERNAL_TOPICS
 from storage.log_types import FetchDataInfo
 from storage.record_batch import (
     ATTRIBUTES,
+    CONTROL_MASK,
     TRANSACTIONAL_MASK,
     CheckedBatch,
     RecordBatchError,
@@ -84,6 +85,10 @@ def check_produce_records(records: bytes | None) -> list[CheckedBatch] | Produce
             Errors.INVALID_RECORD,
             error_message=f"{len(views)} record batches: exactly one is allowed",
         )
+    if views[0].fields[5] & CONTROL_MASK:  # only coordinators write markers (LogValidator)
+        return ProduceResult(
+            Errors.INVALID_RECORD, error_message="Clients are not allowed to write control records"
+        )
     return views
 
 
@@ -117,12 +122,14 @@ def _has_transactional_records(body: Any) -> bool:
 async def handle_produce(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     rm = apis.replica_manager
     authz = apis.authorizer is not None
-    if authz and _has_transactional_records(body):
-        tid = getattr(body, "transactional_id", None)
-        if tid is None or not apis.authorize(
-            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid
-        ):
-            return produce_error(header, body, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    tid = getattr(body, "transactional_id", None)
+    # Kafka: transactional records need a transactional id the principal may WRITE (an
+    # absent id is refused with or without an authorizer).
+    if _has_transactional_records(body) and (
+        tid is None
+        or (authz and not apis.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid))
+    ):
+        return produce_error(header, body, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     acks = body.acks
     acks_valid = acks in (0, 1, -1)  # the only check of acks on the produce path
     timeout_ms = to_ms(body.timeout)
@@ -151,7 +158,7 @@ async def handle_produce(apis: BrokerApis, header: RequestHeader, body: Any) -> 
                 if isinstance(checked, ProduceResult):
                     slot[1] = checked
                 else:
-                    append = rm.produce(t.name, p.index, checked, acks, timeout_ms)
+                    append = rm.produce(t.name, p.index, checked, acks, timeout_ms, tid)
                     pending.append((slot, append))
         out.append((t.name, slots))
     if len(pending) == 1:  # the common case: skip gather's task machinery
@@ -260,7 +267,7 @@ async def handle_fetch(apis: BrokerApis, header: RequestHeader, body: Any) -> Re
     # Kafka's DelayedFetch rule: answer at once on errors, enough bytes, or no wait.
     if reads and not answer_now and max_wait_ms > 0 and total < body.min_bytes:
         # The wait's last look read the partitions: the answer reuses those reads.
-        found = await rm.wait_for_data(reads, body.min_bytes, max_wait_ms, replica_id)
+        found = await rm.wait_for_data(reads, body.min_bytes, max_wait_ms, replica_id, isolation)
         topics, total, answer_now = _read(rm, plan, max_bytes, replica_id, isolation, found)
     return encode_fetch_response(
         version, header.correlation_id, Errors.NONE, topics, read_committed=isolation == 1
@@ -343,6 +350,7 @@ async def handle_list_offsets(apis: BrokerApis, header: RequestHeader, body: Any
     rm = apis.replica_manager
     image = apis.image()
     authz = apis.authorizer is not None
+    isolation = getattr(body, "isolation_level", 0)
     topics = []
     for t in body.topics:
         denied = authz and not apis.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)
@@ -360,6 +368,7 @@ async def handle_list_offsets(apis: BrokerApis, header: RequestHeader, body: Any
                         p.partition_index,
                         p.timestamp,
                         getattr(p, "current_leader_epoch", -1),
+                        isolation,
                     )
                 except Exception as e:
                     if not hasattr(e, "error_code"):

@@ -9,8 +9,8 @@ smallest log start offset among them. Versions 0-2 (v2 is flexible).
 
 DescribeProducers (KIP-664, KafkaApis.handleDescribeProducersRequest): READ on each
 topic; on the leader, the producers with batches in the log, from the producer state
-(an idempotent producer has no coordinator: coordinator_epoch and
-current_txn_start_offset are -1, as Kafka answers outside a transaction).
+(a transactional producer's coordinator epoch, from its last marker, and the first
+offset of its open transaction here; -1 when none, as Kafka answers).
 """
 
 from __future__ import annotations
@@ -138,8 +138,8 @@ async def handle_describe_producers(apis: BrokerApis, header: RequestHeader, bod
                     "producer_epoch": entry.epoch,
                     "last_sequence": entry.last_seq,
                     "last_timestamp": entry.last_timestamp,
-                    "coordinator_epoch": -1,
-                    "current_txn_start_offset": -1,
+                    "coordinator_epoch": entry.coordinator_epoch,
+                    "current_txn_start_offset": entry.current_txn_first_offset,
                 }
                 for pid, entry in h.producers.active_producers()
             ]

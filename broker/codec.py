@@ -248,12 +248,39 @@ _FETCH_PART_V4 = struct.Struct(">ihqqii")
 _FETCH_PART_V5 = struct.Struct(">ihqqqii")
 _FETCH_PART_V11 = struct.Struct(">ihqqqiii")
 _FETCH_PART_V12 = struct.Struct(">ihqqqBi")  # then the records size as a varint
+# The same up to the aborted transactions, when there are some to list.
+_FETCH_HEAD_V4 = struct.Struct(">ihqq")
+_FETCH_HEAD_V5 = struct.Struct(">ihqqq")
+_ABORTED = struct.Struct(">qq")  # AbortedTransaction: producer id, first offset
 
 # A partition of a fetch answer: (index, result, records to send). The records may be
 # shorter than `result.records` (cut to the response's byte budget).
 FetchPartitionOut = tuple[int, FetchResult, FileSlice | bytes | None]
 FetchTopicOut = tuple[str | uuid.UUID, Sequence[FetchPartitionOut]]
 ResponseParts = list[bytes | bytearray | FileSlice]
+
+
+def _aborted_part(api_version: int, index: int, r: FetchResult, size: int) -> bytes:
+    """A partition header with a non-empty aborted transactions list (read_committed
+    over aborted data: rare, so built field by field)."""
+    flexible = api_version >= 12
+    aborted = r.aborted or ()
+    out = bytearray()
+    if api_version >= 5:
+        out += _FETCH_HEAD_V5.pack(
+            index, r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset
+        )
+    else:
+        out += _FETCH_HEAD_V4.pack(index, r.error_code, r.high_watermark, r.last_stable_offset)
+    out += _array_len(len(aborted), flexible)
+    for txn in aborted:
+        out += _ABORTED.pack(txn.producer_id, txn.first_offset)
+        if flexible:
+            out += b"\x00"
+    if api_version >= 11:
+        out += _I32.pack(r.preferred_read_replica)
+    out += encode_uvarint(size + 1) if flexible else _I32.pack(size)
+    return bytes(out)
 
 
 def encode_fetch_response(
@@ -281,8 +308,8 @@ def encode_fetch_response(
         out += _I32.pack(throttle_ms)
     out += _array_len(len(topics), flexible)
     total = 0
-    # Aborted transactions: null for read_uncommitted; read_committed gets an empty list
-    # (no transactions are ever written here). Compact counts are the count + 1.
+    # Aborted transactions: null for read_uncommitted; read_committed gets the list the
+    # fetch found (empty mostly). Compact counts are the count + 1.
     aborted = (0 if read_committed else -1) + (1 if flexible else 0)
     for topic, partitions in topics:
         if isinstance(topic, uuid.UUID):
@@ -303,7 +330,9 @@ def encode_fetch_response(
                 r.last_stable_offset,
                 r.log_start_offset,
             )
-            if flexible:
+            if read_committed and r.aborted:
+                out += _aborted_part(api_version, index, r, size)
+            elif flexible:
                 pr = r.preferred_read_replica
                 out += _FETCH_PART_V12.pack(index, err, hw, lso, lss, aborted, pr)
                 out += bytes((size + 1,)) if size < 0x7F else encode_uvarint(size + 1)

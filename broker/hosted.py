@@ -2,26 +2,53 @@
 producer state, and the futures of fetches waiting for it. The follower side lives
 here too: what a leader's fetch answer does to our log (append, truncate on a
 diverging epoch, move the log start) and to our HW.
+
+Transactions (KIP-98): the last stable offset is min(first unstable offset, HW) on a
+leader and on a follower alike (each from its own producer state and HW); read_committed
+fetches read up to it and get the aborted transactions of what they read from the
+log's transaction index. Markers a leader writes and markers a follower copies both
+close transactions and index the aborted ones. Producer state is snapshotted at each
+segment roll and at a clean shutdown, and restored from the newest snapshot plus the
+batches after it (or rebuilt from the whole log, with its transaction index, when the
+index or the snapshot is unusable).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from broker.fetcher import FollowerData, FollowerFetchState
 from broker.partition import AlterIsr, Partition
-from broker.producer_state import BatchHeader, ProducerStateError, ProducerStateManager
+from broker.producer_recovery import aborted_entry, log_headers, reload_producers, take_snapshot
+from broker.producer_state import (
+    BatchHeader,
+    CompletedTxn,
+    ProducerStateError,
+    ProducerStateManager,
+    VerificationGuard,
+)
 from broker.results import FetchResult, ListOffsetResult, ProduceResult, RecordError
 from common.errors import Errors
 from metadata_log.image import PartitionRegistration
+from storage.control_batch import ABORT, COMMIT, build_marker_batch
 from storage.epoch_cache import UNDEFINED_EPOCH
 from storage.log import Log
 from storage.log_types import FetchDataInfo, OffsetOutOfRangeError, UnexpectedAppendOffsetError
-from storage.record_batch import CheckedBatch, RecordBatchError, RecordBatchView, iter_batches
+from storage.record_batch import (
+    CheckedBatch,
+    RecordBatchError,
+    iter_batches,
+    validate_records,
+)
 from storage.records import decode_batch
+from storage.txn_index import AbortedTxn
+
+__all__ = ["log_headers"]  # the replication model's harness reads logs with it
 
 log = logging.getLogger("broker.replica_manager")
 
@@ -29,12 +56,6 @@ log = logging.getLogger("broker.replica_manager")
 # log start (-4, KIP-405), and nothing is tiered (-5, KIP-1005: offset -1, as Kafka
 # answers with remote storage off).
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
-
-
-def log_headers(lg: Log) -> Iterator[RecordBatchView]:
-    """Every batch header of a log, oldest first (for producer state rebuilds)."""
-    for seg in lg.segments:
-        yield from seg.iter_headers()
 
 
 def start_leader_epoch(lg: Log, leader_epoch: int) -> None:
@@ -132,7 +153,13 @@ class HostedPartition:
     # -- leader side --------------------------------------------------------------------------
 
     def produce(
-        self, batches: list[CheckedBatch], acks: int, min_isr: int, token: asyncio.Future[int]
+        self,
+        batches: list[CheckedBatch],
+        acks: int,
+        min_isr: int,
+        token: asyncio.Future[int],
+        guard: VerificationGuard | None = None,
+        verify: bool = False,
     ) -> tuple[ProduceResult, int | None]:
         """A produce on the leader (`batches` checked at the edge, `acks` one of 0, 1,
         -1): `min.insync.replicas` for acks=all (NOT_ENOUGH_REPLICAS before appending),
@@ -145,7 +172,17 @@ class HostedPartition:
                 error_message=f"ISR {list(self.core.isr)} is smaller than "
                 f"min.insync.replicas={min_isr}",
             ), None
-        result, last_offset = self.append_as_leader(batches)
+        result, last_offset = self.append_as_leader(batches, guard, verify)
+        return self._maybe_wait(result, last_offset, acks, min_isr, token)
+
+    def _maybe_wait(
+        self,
+        result: ProduceResult,
+        last_offset: int,
+        acks: int,
+        min_isr: int,
+        token: asyncio.Future[int],
+    ) -> tuple[ProduceResult, int | None]:
         if result.error_code != Errors.NONE or acks != -1:
             return result, None
         code = self.core.add_pending(last_offset + 1, min_isr, token)
@@ -153,7 +190,12 @@ class HostedPartition:
             return result, last_offset + 1
         return (result if code == Errors.NONE else ProduceResult(code)), None
 
-    def append_as_leader(self, batches: list[CheckedBatch]) -> tuple[ProduceResult, int]:
+    def append_as_leader(
+        self,
+        batches: list[CheckedBatch],
+        guard: VerificationGuard | None = None,
+        verify: bool = False,
+    ) -> tuple[ProduceResult, int]:
         """Check idempotence, append at our leader epoch, move the HW where the ISR
         allows. Returns the result and the last offset of the batches (a duplicate's
         original ones), for acks=all to wait on. The producer-state checks and the log
@@ -168,7 +210,7 @@ class HostedPartition:
                 return refused, -1
         headers = [BatchHeader.of_fields(b.fields) for b in batches]
         try:
-            dup = self.producers.check(headers)
+            dup = self.producers.check(headers, guard, verify)
         except ProducerStateError as exc:
             return ProduceResult(exc.error_code, error_message=str(exc)), -1
         if dup is not None:  # a retry of a batch we have: its original offsets
@@ -181,13 +223,70 @@ class HostedPartition:
         except OSError as exc:  # never UNKNOWN_SERVER_ERROR: clients retry it into duplicates
             log.error("append to %s failed: %r", self.name, exc)
             return ProduceResult(Errors.KAFKA_STORAGE_ERROR, error_message=str(exc)), -1
-        self.producers.record(headers, info.first_offset)
+        self._index(self.producers.record(headers, info.first_offset))
         finish_acks(self.core.on_leader_append(lg.log_end_offset))
         self.wake()
         result = ProduceResult(
             Errors.NONE, info.first_offset, info.log_append_time_ms, info.log_start_offset
         )
         return result, info.last_offset
+
+    def _index(self, completed: Iterable[CompletedTxn]) -> None:
+        """Aborted transactions into the log's transaction index (read_committed
+        readers skip their records)."""
+        for txn in completed:
+            if txn.aborted:
+                self.log.add_aborted_txn(aborted_entry(txn))
+
+    def append_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        now_ms: int | None = None,
+    ) -> tuple[ProduceResult, int]:
+        """Write a transaction marker as leader (the coordinator's WriteTxnMarkers):
+        fenced by an older producer epoch (INVALID_PRODUCER_EPOCH) or coordinator epoch
+        (TRANSACTION_COORDINATOR_FENCED). Returns the result and the marker's offset
+        (for the acks=all wait)."""
+        try:
+            self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        except ProducerStateError as exc:
+            return ProduceResult(exc.error_code, error_message=str(exc)), -1
+        lg = self.log
+        control = COMMIT if commit else ABORT
+        raw = build_marker_batch(
+            producer_id,
+            producer_epoch,
+            control,
+            coordinator_epoch,
+            self.core.leader_epoch,
+            int(time.time() * 1000) if now_ms is None else now_ms,
+        )
+        batches = validate_records(bytearray(raw))
+        header = BatchHeader.of_fields(batches[0].fields)
+        header = dataclasses.replace(header, marker=(control, coordinator_epoch))
+        try:
+            info = lg.append_checked_as_leader(batches, self.core.leader_epoch)
+        except OSError as exc:
+            log.error("marker append to %s failed: %r", self.name, exc)
+            return ProduceResult(Errors.KAFKA_STORAGE_ERROR, error_message=str(exc)), -1
+        self._index(self.producers.record([header], info.first_offset))
+        finish_acks(self.core.on_leader_append(lg.log_end_offset))
+        self.wake()
+        result = ProduceResult(Errors.NONE, info.first_offset, -1, info.log_start_offset)
+        return result, info.last_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """min(first unstable offset, HW), never below the log start (Kafka's
+        UnifiedLog.lastStableOffset). Followers keep it too, from their own state."""
+        hw = self.core.high_watermark
+        first = self.producers.first_unstable_offset(hw)
+        if first is None:
+            return hw
+        return min(max(first, self.log.log_start_offset), hw)
 
     def diverging(self, fetch_offset: int, last_fetched_epoch: int) -> tuple[int, int] | None:
         """KIP-320: (epoch, end offset) when a follower's last fetched epoch ends here
@@ -249,23 +348,46 @@ class HostedPartition:
             hw = core.high_watermark
             return FetchResult(Errors.OFFSET_OUT_OF_RANGE, hw, hw, lg.log_start_offset), expand
         hw = core.high_watermark
-        return FetchResult(Errors.NONE, hw, hw, lg.log_start_offset, data.records), expand
+        lso = self.last_stable_offset
+        return FetchResult(Errors.NONE, hw, lso, lg.log_start_offset, data.records), expand
 
     def read_for_follower(self, fetch_offset: int, max_bytes: int) -> FetchDataInfo:
         """What a follower's fetch reads: our log up to the LEO."""
         return self.log.read(fetch_offset, max(0, max_bytes))
 
-    def read_for_consumer(self, fetch_offset: int, max_bytes: int) -> FetchDataInfo:
-        """What a consumer's fetch reads: our log up to the HW."""
-        return self.log.read(fetch_offset, max(0, max_bytes), max_offset=self.core.high_watermark)
+    def consumer_bound(self, isolation_level: int) -> int:
+        """How far a consumer may read: the HW, or the LSO for read_committed."""
+        return self.last_stable_offset if isolation_level == 1 else self.core.high_watermark
 
-    def list_offset(self, timestamp: int) -> ListOffsetResult:
-        """ListOffsets as leader: -1 latest (the HW), -2 earliest (and -4, earliest
-        local), -3 max timestamp (KIP-734), -5 latest tiered (none), else the first record
-        at or after `timestamp`; only records below the HW are found."""
+    def read_for_consumer(
+        self, fetch_offset: int, max_bytes: int, isolation_level: int = 0
+    ) -> FetchDataInfo:
+        """What a consumer's fetch reads: our log up to the HW (read_committed: the LSO)."""
+        bound = self.consumer_bound(isolation_level)
+        return self.log.read(fetch_offset, max(0, max_bytes), max_offset=bound)
+
+    def aborted_txns(self, fetch_offset: int, data: FetchDataInfo, lso: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed reader of `data` needs: those that
+        end at or after the fetch offset and start before what was read ends (bounded
+        by the LSO and by the segment the read came from, as a read stays in one)."""
+        if data.records is None or data.size == 0:
+            return []
+        upper = lso
+        for seg in self.log.segments:
+            if seg.base_offset > fetch_offset:
+                upper = min(upper, seg.base_offset)
+                break
+        return self.log.collect_aborted_txns(fetch_offset, upper)
+
+    def list_offset(self, timestamp: int, isolation_level: int = 0) -> ListOffsetResult:
+        """ListOffsets as leader: -1 latest (the HW; the LSO for read_committed), -2
+        earliest (and -4, earliest local), -3 max timestamp (KIP-734), -5 latest tiered
+        (none), else the first record at or after `timestamp`; only records below the HW
+        (the LSO) are found."""
         core, lg = self.core, self.log
+        bound = self.consumer_bound(isolation_level)
         if timestamp == LATEST:
-            return ListOffsetResult(Errors.NONE, -1, core.high_watermark, core.leader_epoch)
+            return ListOffsetResult(Errors.NONE, -1, bound, core.leader_epoch)
         if timestamp in (EARLIEST, EARLIEST_LOCAL):
             start = lg.log_start_offset
             epoch = lg.leader_epoch_cache.epoch_for_offset(start)
@@ -274,7 +396,7 @@ class HostedPartition:
             found = lg.max_timestamp_and_offset()
         else:
             found = lg.offset_for_timestamp(timestamp) if timestamp >= 0 else None
-        if found is None or found.offset >= core.high_watermark:
+        if found is None or found.offset >= bound:
             return ListOffsetResult(Errors.NONE, -1, -1, -1)
         return ListOffsetResult(Errors.NONE, found.timestamp, found.offset, found.leader_epoch)
 
@@ -354,7 +476,8 @@ class HostedPartition:
 
     def _append(self, records: bytes) -> None:
         if self.log.append_as_follower(records) is not None:
-            self.producers.record(BatchHeader.of(v) for v in iter_batches(records))
+            headers = [BatchHeader.of(v) for v in iter_batches(records)]
+            self._index(self.producers.record(headers))
 
     def _truncate(self, offset: int) -> None:
         if offset < self.core.high_watermark:
@@ -363,11 +486,21 @@ class HostedPartition:
                 "%s truncating to %d, below its HW %d", self.name, offset, self.core.high_watermark
             )
         if self.log.truncate_to(offset):
-            self.producers.rebuild(log_headers(self.log))
+            self.reload_producers()
         self.core.on_truncate(self.log.log_end_offset)
+
+    def reload_producers(self) -> None:
+        """After a truncation (Kafka's truncateAndReload): the newest snapshot at or
+        below the new LEO plus the batches after it. The truncation dropped the later
+        snapshots and transaction index entries."""
+        reload_producers(self.log, self.producers)
+
+    def snapshot(self) -> None:
+        """A producer snapshot at the LEO (clean shutdown: a restart replays nothing)."""
+        take_snapshot(self.log, self.producers, self.log.log_end_offset)
 
     def _restart_at(self, offset: int) -> None:
         self.log.truncate_fully_and_start_at(offset)
-        self.producers.rebuild(())
+        self.producers.clear()
         self.core.on_truncate(offset)
         self.core.high_watermark = offset

@@ -21,15 +21,17 @@ import contextlib
 import dataclasses
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from broker.alter_partition import AlterPartitionManager
 from broker.config import BrokerConfig
 from broker.dynamic_config import DynamicBrokerConfig
 from broker.fetcher import FetcherManager, FollowerData, FollowerFetchState
-from broker.hosted import HostedPartition, finish, log_headers, start_leader_epoch
+from broker.hosted import HostedPartition, finish, start_leader_epoch
 from broker.metadata_publisher import LoaderManifest
 from broker.partition import NO_LEADER, AlterIsr, Partition
+from broker.producer_recovery import restore_producer_state
 from broker.producer_state import ProducerStateManager
 from broker.record_deletion import LogStartCheckpointer
 from broker.replication_quota import ReplicationQuota
@@ -49,6 +51,7 @@ from storage.record_batch import CheckedBatch
 log = logging.getLogger("broker.replica_manager")
 
 TP = tuple[str, int]
+Verifier = Callable[[str, int, int, str, int], Awaitable[int]]
 
 
 @dataclass(eq=False)
@@ -97,6 +100,13 @@ class ReplicaManager:
             window_ms=config.replication_quota_window_size_s * 1000,
             windows=config.replication_quota_window_num,
         )
+        # Called (topic, partition, producer id, committed) after a marker is appended
+        # on a leader (the group coordinator completes pending TxnOffsetCommits on it).
+        self.marker_listeners: list[Callable[[str, int, int, bool], None]] = []
+        # KIP-890 part 1: asks the transaction coordinator whether (transactional id,
+        # producer id, epoch) has added (topic, partition) to its transaction; 0 = yes.
+        # None: no verification (transactional batches are taken as they come).
+        self.verifier: Verifier | None = None
 
     # -- reads of the state ------------------------------------------------------------------
 
@@ -211,9 +221,7 @@ class ReplicaManager:
             try:
                 if pl.hosted is None:
                     lg = self._open_log(pl.tp, pl.topic_id, image)
-                    producers = ProducerStateManager()
-                    producers.rebuild(log_headers(lg))
-                    pl.log, pl.producers = lg, producers
+                    pl.log, pl.producers = lg, restore_producer_state(lg, f"{pl.tp[0]}-{pl.tp[1]}")
                 lg = pl.log if pl.hosted is None else pl.hosted.log
                 assert lg is not None
                 if pl.leader:
@@ -373,18 +381,63 @@ class ReplicaManager:
         batches: list[CheckedBatch],
         acks: int,
         timeout_ms: int,
+        transactional_id: str | None = None,
     ) -> ProduceResult:
         """Append as leader. The caller checked the request at the edge: `batches` are
         `validate_records`' answer (header parsed, CRC checked, once) and `acks` is one
         of 0, 1, -1. acks=0/1 answer after the local append; acks=-1 when the HW passes
         the batch (or NOT_ENOUGH_REPLICAS / REQUEST_TIMED_OUT). Idempotent producers:
-        duplicates get their original offsets; gaps OUT_OF_ORDER_SEQUENCE_NUMBER."""
+        duplicates get their original offsets; gaps OUT_OF_ORDER_SEQUENCE_NUMBER.
+        Transactional batches that open a transaction here are verified first with the
+        coordinator when a `verifier` is set (KIP-890 part 1)."""
         h = self._leader(topic, partition, -1)
         if isinstance(h, int):
             return ProduceResult(h)
+        guard = None
+        verify = self.verifier is not None
+        first = batches[0]
+        if verify and first.is_transactional and not h.producers.has_ongoing_txn(first.producer_id):
+            if transactional_id is None:
+                return ProduceResult(
+                    Errors.INVALID_TXN_STATE,
+                    error_message="transactional records without a transactional id",
+                )
+            guard = h.producers.start_verification(first.producer_id)
+            assert self.verifier is not None
+            code = await self.verifier(
+                transactional_id, first.producer_id, first.producer_epoch, topic, partition
+            )
+            if code:
+                return _verify_failed(code)
+            h = self._leader(topic, partition, -1)  # leadership may have moved meanwhile
+            if isinstance(h, int):
+                return ProduceResult(h)
+        return await self._wait_append(h, topic, acks, timeout_ms, batches, guard, verify)
+
+    async def _wait_append(
+        self,
+        h: HostedPartition,
+        topic: str,
+        acks: int,
+        timeout_ms: int,
+        batches: list[CheckedBatch],
+        guard: object,
+        verify: bool,
+    ) -> ProduceResult:
         min_isr = self._min_isr(topic)
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        result, required = h.produce(batches, acks, min_isr, fut)
+        result, required = h.produce(batches, acks, min_isr, fut, guard, verify)  # type: ignore[arg-type]
+        return await self._await_hw(h, result, required, fut, min_isr, timeout_ms)
+
+    async def _await_hw(
+        self,
+        h: HostedPartition,
+        result: ProduceResult,
+        required: int | None,
+        fut: asyncio.Future[int],
+        min_isr: int,
+        timeout_ms: int,
+    ) -> ProduceResult:
         if required is None:
             return result
         try:
@@ -397,6 +450,43 @@ class ReplicaManager:
                 f"(ISR {list(h.core.maximal_isr)}, min.insync.replicas={min_isr})",
             )
         return result if code == Errors.NONE else ProduceResult(code)
+
+    # -- transaction markers ----------------------------------------------------------------------
+
+    async def write_txn_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        timeout_ms: int,
+    ) -> int:
+        """Append a COMMIT or ABORT marker as leader and wait for the HW to pass it
+        (acks=all, as Kafka's WriteTxnMarkers). Returns the error code; the marker
+        listeners hear of it once it is replicated (Kafka calls the group coordinator's
+        onTransactionCompleted from the append's callback)."""
+        h = self._leader(topic, partition, -1)
+        if isinstance(h, int):
+            return h
+        min_isr = self._min_isr(topic)
+        result, last_offset = h.append_marker(
+            producer_id, producer_epoch, commit, coordinator_epoch
+        )
+        if result.error_code:
+            return result.error_code
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        result, required = h._maybe_wait(result, last_offset, -1, min_isr, fut)
+        done = await self._await_hw(h, result, required, fut, min_isr, timeout_ms)
+        if done.error_code == Errors.NONE:
+            # As Kafka's onTransactionCompleted: once the marker is replicated.
+            for listener in list(self.marker_listeners):
+                try:
+                    listener(topic, partition, producer_id, commit)
+                except Exception:  # a listener's bug must not fail the marker
+                    log.exception("marker listener failed for %s-%d", topic, partition)
+        return done.error_code
 
     # -- fetch -----------------------------------------------------------------------------------
 
@@ -431,11 +521,19 @@ class ReplicaManager:
                 self._propose_isr(h, expand, "expanding")
             return result
         hw = core.high_watermark
+        lso = h.last_stable_offset
         try:
-            data = h.read_for_consumer(p.fetch_offset, p.max_bytes) if found is None else found
+            if found is None:
+                data = h.read_for_consumer(p.fetch_offset, p.max_bytes, isolation_level)
+            else:
+                data = found
         except OffsetOutOfRangeError:
-            return FetchResult(Errors.OFFSET_OUT_OF_RANGE, hw, hw, lg.log_start_offset)
-        return FetchResult(Errors.NONE, hw, hw, lg.log_start_offset, data.records)
+            return FetchResult(Errors.OFFSET_OUT_OF_RANGE, hw, lso, lg.log_start_offset)
+        aborted = None
+        if isolation_level == 1:
+            aborted = tuple(h.aborted_txns(p.fetch_offset, data, lso))
+        return FetchResult(Errors.NONE, hw, lso, lg.log_start_offset, data.records,
+                           aborted=aborted)  # fmt: skip
 
     async def wait_for_data(
         self,
@@ -443,6 +541,7 @@ class ReplicaManager:
         min_bytes: int,
         max_wait_ms: int,
         replica_id: int = -1,
+        isolation_level: int = 0,
     ) -> dict[FetchPartition, FetchDataInfo]:
         """Return once `min_bytes` could be read (consumers up to the HW, followers up to
         the LEO), a partition has news to report (an error), or `max_wait_ms` passed.
@@ -468,13 +567,13 @@ class ReplicaManager:
                 if follower and h.diverging(p.fetch_offset, p.last_fetched_epoch):
                     return found
                 hosted.append(h)
-                bound = lg.log_end_offset if follower else h.core.high_watermark
+                bound = lg.log_end_offset if follower else h.consumer_bound(isolation_level)
                 if p.fetch_offset >= bound:
                     continue  # nothing to read yet (the fetch reads it when answering)
                 if follower:
                     data = h.read_for_follower(p.fetch_offset, p.max_bytes)
                 else:
-                    data = h.read_for_consumer(p.fetch_offset, p.max_bytes)
+                    data = h.read_for_consumer(p.fetch_offset, p.max_bytes, isolation_level)
                 found[p] = data
                 if p.max_bytes > 0:  # a read of 0 bytes still gets a batch, but waits on
                     available += data.size
@@ -524,12 +623,17 @@ class ReplicaManager:
     # -- offsets ---------------------------------------------------------------------------------
 
     def list_offset(
-        self, topic: str, partition: int, timestamp: int, current_leader_epoch: int
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        current_leader_epoch: int,
+        isolation_level: int = 0,
     ) -> ListOffsetResult:
         h = self._leader(topic, partition, current_leader_epoch)
         if isinstance(h, int):
             return ListOffsetResult(h)
-        return h.list_offset(timestamp)
+        return h.list_offset(timestamp, isolation_level)
 
     def offset_for_leader_epoch(
         self, topic: str, partition: int, leader_epoch: int, current_leader_epoch: int
@@ -596,8 +700,39 @@ class ReplicaManager:
             with contextlib.suppress(Exception):
                 await work
 
+    def snapshot_producer_states(self) -> None:
+        """Clean shutdown: a producer snapshot at each log's end, so a restart restores
+        producer state without reading the log (run in a thread, before logs close)."""
+        for h in list(self._partitions.values()):
+            h.snapshot()
+
     def shutdown(self) -> None:
         """Fail what waits (the listener is closed by now)."""
         for h in self._partitions.values():
             finish(h.core.drain_pending(), Errors.NOT_LEADER_OR_FOLLOWER)
             h.wake()
+
+
+# Kafka's handleProduceAppend: verification errors older clients would not retry
+# become NOT_ENOUGH_REPLICAS (retriable, no metadata refresh).
+_VERIFY_RETRIABLE = frozenset(
+    {
+        Errors.CONCURRENT_TRANSACTIONS,
+        Errors.NETWORK_EXCEPTION,
+        Errors.COORDINATOR_LOAD_IN_PROGRESS,
+        Errors.COORDINATOR_NOT_AVAILABLE,
+        Errors.NOT_COORDINATOR,
+    }
+)
+
+
+def _verify_failed(code: int) -> ProduceResult:
+    if code == Errors.INVALID_TXN_STATE:
+        return ProduceResult(code, error_message="Partition was not added to the transaction")
+    if code in _VERIFY_RETRIABLE:
+        why = (
+            "Unable to verify the partition has been added to the transaction. "
+            f"Underlying error: {code}"
+        )
+        return ProduceResult(Errors.NOT_ENOUGH_REPLICAS, error_message=why)
+    return ProduceResult(code)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from storage.segment import FileSlice
+from storage.txn_index import AbortedTxn
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,8 @@ class FetchResult:
     records: FileSlice | bytes | None = None  # whole batches (a partial tail is allowed)
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset) for followers
     preferred_read_replica: int = -1
+    # read_committed: the aborted transactions of what was read (None: not asked)
+    aborted: tuple[AbortedTxn, ...] | None = None
 
     @property
     def size(self) -> int:

@@ -261,5 +261,6 @@ class BrokerServer:
         if self._logs_open:
             with contextlib.suppress(OSError):
                 await self.replica_manager.checkpoint_high_watermarks()
+            await asyncio.to_thread(self.replica_manager.snapshot_producer_states)
             await asyncio.to_thread(self.log_manager.shutdown)
             self._logs_open = False

@@ -630,3 +630,18 @@ REFUSALS.update(
         ApiKey.LIST_TRANSACTIONS: _list_transactions,
     }
 )
+# -- transactions --------------------------------------------------------------------------
+
+
+def _write_txn_markers(c: RawClient, v: int, t: Target) -> None:
+    # Only brokers (ALTER or CLUSTER_ACTION on the cluster) write markers: a refused
+    # marker would otherwise end someone's transaction.
+    topics = [{"name": t.topic, "partition_indexes": [0, 1]}]
+    marker = {"producer_id": 1, "producer_epoch": 0, "transaction_result": False,
+              "topics": topics, "coordinator_epoch": 0}  # fmt: skip
+    resp = call(c, 27, v, {"markers": [marker]})
+    got = [(m.producer_id, [(x.name, codes([x])) for x in m.topics]) for m in resp.markers]
+    assert got == [(1, [(t.topic, [CLUSTER_DENIED, CLUSTER_DENIED])])]
+
+
+REFUSALS.update({ApiKey.WRITE_TXN_MARKERS: _write_txn_markers})
