@@ -1,5 +1,8 @@
-"""WriteTxnMarkers (API 27, v0-1): the transaction coordinator asks the leaders of a
+"""WriteTxnMarkers (API 27, v1): the transaction coordinator asks the leaders of a
 transaction's partitions to end it with a COMMIT or ABORT marker.
+
+Versions: 1 only. Kafka 4 dropped v0 (KIP-896; kio has no v0 schema either), and v2
+carries KIP-890 part 2's transaction version, which we do not build.
 
 Kafka's KafkaApis.handleWriteTxnMarkersRequest: the caller needs ALTER or
 CLUSTER_ACTION on the cluster (only brokers send it), else every partition answers
@@ -104,5 +107,5 @@ async def handle_write_txn_markers(apis: BrokerApis, header: RequestHeader, body
 
 
 API_HANDLERS: tuple[ApiHandler, ...] = (
-    ApiHandler(ApiKey.WRITE_TXN_MARKERS, 0, 1, handle_write_txn_markers, write_txn_markers_error),
+    ApiHandler(ApiKey.WRITE_TXN_MARKERS, 1, 1, handle_write_txn_markers, write_txn_markers_error),
 )

@@ -127,6 +127,16 @@ class HostedPartition:
     def name(self) -> str:
         return f"{self.core.topic}-{self.core.partition}"
 
+    def __post_init__(self) -> None:
+        # The log cleaner (a thread) must not clean past the LSO (Kafka's
+        # firstUncleanableDirtyOffset): transactions there are not decided yet.
+        self.log.first_unstable_offset_fn = self._cleaner_bound
+
+    def _cleaner_bound(self) -> int:
+        hw = self.core.high_watermark
+        first = self.producers.peek_first_unstable_offset(hw)
+        return hw if first is None else min(first, hw)
+
     def wake(self) -> None:
         wake(self.waiters)
 

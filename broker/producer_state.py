@@ -229,6 +229,14 @@ class ProducerStateManager:
         firsts = [*self._ongoing, *self._unreplicated]
         return min(firsts) if firsts else None
 
+    def peek_first_unstable_offset(self, high_watermark: int) -> int | None:
+        """`first_unstable_offset` without completing anything, safe to call from
+        another thread (the log cleaner's): it reads copies of the maps."""
+        firsts = list(self._ongoing)
+        unreplicated = list(self._unreplicated.items())
+        firsts += [f for f, (_p, last) in unreplicated if last >= high_watermark]
+        return min(firsts) if firsts else None
+
     def last_stable_offset(self, high_watermark: int) -> int:
         first = self.first_unstable_offset(high_watermark)
         return high_watermark if first is None else min(first, high_watermark)

@@ -13,7 +13,10 @@ A cleaning pass, as in Kafka:
    also needs its delete horizon unpassed; records without a key go (Kafka refuses them at
    produce time). A batch that keeps every record is copied byte for byte; one that lost
    records is rebuilt (`rebuild_batch`: its offsets, producer fields, epoch and codec stay);
-   one that lost all its records goes. Control and transactional batches stay as they are.
+   one that lost all its records goes. Transactions follow Kafka's rules (see
+   storage/cleaner_txn.py): batches of aborted transactions go, committed ones are
+   compacted like any other, and a marker goes once its transaction has no data left and
+   its delete horizon has passed.
 4. Swap each group in with `Log.replace_segments` (crash safe: `.cleaned` -> `.swap` ->
    final names; the loader completes a committed swap).
 
@@ -34,9 +37,17 @@ write new files, so they may run in a worker thread while the log takes appends 
 `Log.replace_segments` takes the log's lock and refuses a group whose segments changed
 meanwhile (truncated, deleted); the pass then stops and the checkpoint stays.
 
-Simplified from Kafka: the offset map holds whole keys (no hashing, no size cap); no
-transactions exist yet, so transactional batches are kept and their keys are not mapped;
-an idempotent producer whose batches all went is forgotten (Kafka keeps an empty batch).
+Transactions: the cleanable range must end at or below the first unstable offset (the
+first offset of the oldest open transaction), or an open transaction's records would be
+taken as committed. The caller gives it (`plan_cleaning`'s `first_unstable_offset`, or
+`Log.first_unstable_offset_fn`, set by the partition layer); without either, the cleaner
+does not know where transactions stand and keeps transactional and control batches whole
+and their keys out of the offset map, as before transactions existed.
+
+Simplified from Kafka: the offset map holds whole keys (no hashing, no size cap); a
+producer whose batches all went is forgotten (Kafka keeps an empty batch, or the last
+marker, of each active producer; the partition layer's producer snapshots keep that
+state here); a batch kept for contiguity (below) is kept whole, never emptied.
 """
 
 from __future__ import annotations
@@ -47,17 +58,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from storage.cleaner_filter import CleanerStats, RecordFilter
+from storage.cleaner_txn import CleanerTxnState
 from storage.log_loader import CLEANED_SUFFIX
 from storage.record_batch import (
     BATCH_LENGTH,
-    DELETE_HORIZON_MASK,
     HEADER_SIZE,
     LOG_OVERHEAD,
     CorruptRecordError,
     RecordBatchView,
     validate_batch,
 )
-from storage.records import Record, decode_batch, rebuild_batch
+from storage.records import decode_batch
 from storage.segment import MAX_RELATIVE_OFFSET, AppendedBatch, LogSegment
 
 if TYPE_CHECKING:
@@ -81,6 +93,7 @@ class LogToClean:
     clean_bytes: int
     cleanable_bytes: int
     max_compaction_delay_ms: int  # > 0: max.compaction.lag.ms says clean now
+    txn_aware: bool = False  # the range is bounded by the first unstable offset
 
     @property
     def cleanable_ratio(self) -> float:
@@ -97,33 +110,24 @@ class LogToClean:
         return self.max_compaction_delay_ms > 0 or self.cleanable_ratio > ratio
 
 
-@dataclass(slots=True)
-class CleanerStats:
-    """Figures of one pass, for the log line."""
-
-    topic_partition: tuple[str, int]
-    first_dirty_offset: int
-    end_offset: int  # the new first dirty offset when the pass completed
-    bytes_read: int = 0  # the cleaned range before
-    bytes_after: int = 0  # and after
-    records_read: int = 0
-    records_removed: int = 0
-    tombstones_removed: int = 0
-    keyless_removed: int = 0
-    batches_rebuilt: int = 0
-    segments_before: int = 0
-    segments_after: int = 0
-    completed: bool = False  # False: stopped, or the log changed under the pass
-
-
 def plan_cleaning(
-    log: Log, first_dirty_offset: int | None, upper_bound: int | None, now_ms: int
+    log: Log,
+    first_dirty_offset: int | None,
+    upper_bound: int | None,
+    now_ms: int,
+    first_unstable_offset: int | None = None,
 ) -> LogToClean:
     """The cleanable range of `log` (Kafka's cleanableOffsets and calculateCleanableBytes).
 
     `first_dirty_offset`: the cleaner checkpoint (None, or outside the log: the log start
     offset). `upper_bound`: nothing at or above it is cleaned (the high watermark).
+    `first_unstable_offset`: the first offset of the oldest open transaction, or the log
+    end offset when none is open; nothing at or above it is cleaned either (Kafka bounds
+    the cleaner by the last stable offset). None: asks `log.first_unstable_offset_fn`;
+    when that is None too, transactional batches are left alone (see the module notes).
     """
+    if first_unstable_offset is None and log.first_unstable_offset_fn is not None:
+        first_unstable_offset = log.first_unstable_offset_fn()
     snapshot = log.segments_snapshot()
     closed = snapshot[:-1]  # the active segment is never cleaned
     start, leo = log.log_start_offset, snapshot[-1][2]
@@ -133,6 +137,8 @@ def plan_cleaning(
     bound = snapshot[-1][0].base_offset
     if upper_bound is not None:
         bound = min(bound, upper_bound)
+    if first_unstable_offset is not None:
+        bound = min(bound, first_unstable_offset)
     lag = log.config.min_compaction_lag_ms
     if lag > 0:
         for seg, _size, end in closed:
@@ -151,6 +157,7 @@ def plan_cleaning(
         clean,
         cleanable,
         _max_compaction_delay(log, closed, dirty, now_ms),
+        txn_aware=first_unstable_offset is not None,
     )
 
 
@@ -264,69 +271,31 @@ def _build_offset_map(to_clean: LogToClean, readers: _Readers) -> dict[bytes, in
     dirty = [s for s in to_clean.segments if s[2] > to_clean.first_dirty_offset]
     if not dirty:
         return None
+    txns = CleanerTxnState() if to_clean.txn_aware else None
+    if txns is not None:
+        txns.add_aborted(_aborted_txns(to_clean.log, dirty[0][0].base_offset, dirty[-1][2]))
     for seg, size, _end in dirty:
         for view, _last in readers.batches(seg, size):
-            if view.is_control or view.is_transactional:
-                continue  # no transactions yet: we cannot tell committed from aborted
+            if txns is None:
+                if view.is_control or view.is_transactional:
+                    continue  # unbounded: committed, aborted and open look alike
+            elif view.is_control:
+                txns.on_control(view)
+                continue
+            elif txns.on_batch(view):
+                continue  # aborted: its keys must not hide older values
             for rec in decode_batch(view).records:
                 if rec.key is not None:
                     offset_map[rec.key] = rec.offset
     return offset_map
 
 
-class _RecordFilter:
-    """Which records of a batch stay (Kafka's Cleaner.shouldRetainRecord), and the batch
-    to write for them."""
-
-    def __init__(
-        self, offset_map: dict[bytes, int], map_end: int, now_ms: int, log: Log, stats: CleanerStats
-    ) -> None:
-        self.offset_map = offset_map
-        self.map_end = map_end  # records at or above it are always kept
-        self.now_ms = now_ms
-        self.new_horizon_ms = now_ms + log.config.delete_retention_ms
-        self.stats = stats
-
-    def __call__(self, view: RecordBatchView, must_keep: bool) -> tuple[bytes | None, bool]:
-        """(bytes to write or None, whether they differ from the original). `must_keep`:
-        a batch that would lose every record is kept whole instead."""
-        original = bytes(view.memory())
-        if view.is_control or view.is_transactional:
-            return original, False
-        records = decode_batch(view).records
-        has_horizon = bool(view.attributes & DELETE_HORIZON_MASK)
-        horizon_passed = has_horizon and self.now_ms >= view.base_timestamp
-        retained: list[Record] = []
-        keyless = tombstones = 0
-        for rec in records:
-            if rec.offset < self.map_end:
-                if rec.key is None:
-                    keyless += 1
-                    continue
-                if self.offset_map.get(rec.key, -1) > rec.offset:
-                    continue  # a later record has this key
-                if rec.value is None and horizon_passed:
-                    tombstones += 1
-                    continue
-            retained.append(rec)
-        stats = self.stats
-        stats.records_read += len(records)
-        if not retained and must_keep:
-            return original, False
-        stats.records_removed += len(records) - len(retained)
-        stats.keyless_removed += keyless
-        stats.tombstones_removed += tombstones
-        if not retained:
-            return None, True
-        # KIP-534: the first pass that keeps a tombstone starts its delete.retention.ms.
-        set_horizon = not has_horizon and any(r.value is None for r in retained)
-        if len(retained) == len(records) and not set_horizon:
-            return original, False
-        horizon = (
-            self.new_horizon_ms if set_horizon else view.base_timestamp if has_horizon else None
-        )
-        stats.batches_rebuilt += 1
-        return rebuild_batch(view, retained, horizon), True
+def _aborted_txns(lg: Log, start: int, end: int) -> list:
+    """The aborted transactions overlapping [start, end) (a closed log: it changed)."""
+    try:
+        return lg.collect_aborted_txns(start, end)
+    except RuntimeError as exc:
+        raise _LogChanged(str(exc)) from exc
 
 
 @dataclass(slots=True)
@@ -377,7 +346,7 @@ class _Group:
 
 
 def _new_group(log: Log, base: int, now_ms: int) -> _Group:
-    for suffix in (".log", ".index", ".timeindex"):  # a pass that died left these
+    for suffix in (".log", ".index", ".timeindex", ".txnindex"):  # a pass that died left these
         (log.dir / f"{base:020d}{suffix}{CLEANED_SUFFIX}").unlink(missing_ok=True)
     cfg = log.config
     seg = LogSegment(
@@ -403,15 +372,21 @@ def _clean_segments(
     the log now holds them (for the checkpoint), None when the pass stopped early."""
     lg = to_clean.log
     segments = to_clean.segments
-    keep = _RecordFilter(offset_map, to_clean.first_uncleanable_offset, now_ms, lg, stats)
+    txns = CleanerTxnState() if to_clean.txn_aware else None
+    keep = RecordFilter(offset_map, to_clean.first_uncleanable_offset, now_ms, lg, stats, txns)
     group: _Group | None = None
     last: list[tuple[LogSegment, int]] | None = None
     try:
-        for j, (seg, size, _end) in enumerate(segments):
+        for j, (seg, size, seg_end) in enumerate(segments):
             if should_stop():
                 return None
             if group is None:
                 group = _new_group(lg, seg.base_offset, now_ms)
+            if txns is not None:
+                # Kept aborts are indexed in the segment that replaces this one; from the
+                # whole segment range, as Kafka, since the new index is built from scratch.
+                txns.cleaned_index = group.segment.txn_index
+                txns.add_aborted(_aborted_txns(lg, seg.base_offset, seg_end))
             group.old.append((seg, size))
             stats.segments_before += 1
             group.mtime = max(group.mtime, readers.mtime(seg))

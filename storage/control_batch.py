@@ -67,7 +67,9 @@ def marker_of(view: RecordBatchView) -> tuple[int, int] | None:
 
     None for data batches and for control batches of other types. A control batch
     whose key or value is too short raises CorruptRecordError (Kafka's
-    InvalidRecordException): such bytes never come from a coordinator.
+    InvalidRecordException): such bytes never come from a coordinator. `view` must
+    cover the whole batch (a header-only view, as `LogSegment.iter_headers` gives,
+    tells a control batch by `is_control` but not its type).
     """
     if not view.is_control:
         return None

@@ -78,6 +78,9 @@ class Log(TxnLogMixin):
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
         self.on_roll: Callable[[int], None] | None = None  # see TxnLogMixin.on_roll
+        # The partition layer's first unstable offset (LEO when no transaction is open):
+        # the log cleaner's bound (storage/cleaner.py). None: not known here.
+        self.first_unstable_offset_fn: Callable[[], int] | None = None
         loaded = load_log(
             self.dir,
             self._new_segment,

@@ -14,6 +14,7 @@ cleaner keeps segments contiguous too: a cleaned segment ends where its original
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,9 @@ from storage.segment import (
     TXN_INDEX_SUFFIX,
     LogSegment,
     check_index_or_none,
+    segment_name,
 )
+from storage.txn_index import TransactionIndex
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +97,7 @@ def complete_swaps(
             continue
         swap = open_swap(int(stem))
         try:
+            _adopt_renamed_txn_index(directory, swap)
             if swap.offset_index.was_missing or swap.time_index.was_missing:
                 swap.recover(max_batch_size)  # its indexes were not renamed yet: rebuild
             first, end = swap.base_offset, swap.next_offset()
@@ -111,6 +115,20 @@ def complete_swaps(
             swap.change_suffix("")
         finally:
             swap.close()
+
+
+def _adopt_renamed_txn_index(directory: Path, swap: LogSegment) -> None:
+    """A crash between the renames of a swap's files to their final names may have left
+    its `.txnindex` already renamed; unlike the other indexes it cannot be rebuilt from
+    the log here. `change_suffix` renames the time index just before it, so a missing
+    `.timeindex.swap` means a plain `<base>.txnindex` is the swap's own (the replaced
+    segment's was deleted before the renames began): take it back before old files go."""
+    if swap.txn_index.path.exists() or not swap.time_index.was_missing:
+        return
+    plain = directory / segment_name(swap.base_offset, TXN_INDEX_SUFFIX)
+    if plain.exists():
+        os.replace(plain, swap.txn_index.path)
+        swap.txn_index = TransactionIndex(swap.txn_index.path, swap.base_offset)
 
 
 def _segment_file_base(name: str) -> int | None:

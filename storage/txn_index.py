@@ -95,8 +95,10 @@ class TransactionIndex:
                 f"aborted transaction last offset {txn.last_offset} is not above the "
                 f"previous one {self._entries[-1].last_offset} in {self.path}"
             )
-        if self._torn:
-            # Never append behind a torn entry: every later entry would be misaligned.
+        if self._torn or self._bad_version is not None:
+            # Never append behind a torn or unreadable entry: the new one would be
+            # misaligned or unreadable too. What was there could not be read anyway.
+            self._bad_version = None
             self._rewrite()
         with open(self.path, "ab") as f:
             f.write(txn.to_bytes())
@@ -137,6 +139,9 @@ class TransactionIndex:
         """fsync the file, if anything changed since the last flush."""
         if not self._dirty:
             return
+        # Cleared first: an append racing with this fsync (the log flushes outside its
+        # lock) sets it again, so the next flush covers it.
+        self._dirty = False
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
@@ -145,7 +150,6 @@ class TransactionIndex:
             os.fsync(fd)
         finally:
             os.close(fd)
-        self._dirty = False
 
     def close(self) -> None:
         """Nothing stays open between calls; present for symmetry with the other indexes."""

@@ -102,7 +102,8 @@ async def test_read_committed_stops_at_the_lso_and_lists_the_aborted(tmp_path: P
     assert await rm.write_txn_marker(TOPIC, 0, 6, 0, True, 1, 1000) == 0
     assert h.last_stable_offset == 5 == h.log.log_end_offset
     r, values = read(rm, 0, 1)
-    assert values == [b"a", b"b", b"c"]  # the client drops the aborted ones by the list
+    # Data and both markers; the client drops the aborted records by the list.
+    assert values[:3] == [b"a", b"b", b"c"] and len(values) == 5
     assert [(t.producer_id, t.first_offset) for t in r.aborted or ()] == [(5, 0)]
     r, _ = read(rm, 4, 1)
     assert r.aborted == ()  # nothing read: no list
@@ -222,7 +223,9 @@ async def test_restart_restores_lso_and_aborted_list_from_its_files(tmp_path: Pa
 
 
 @pytest.mark.parametrize("damage", ["txnindex", "snapshot"])
-def test_corrupt_txnindex_or_snapshot_is_rebuilt_from_the_log(tmp_path: Path, damage: str) -> None:
+def test_corrupt_txnindex_or_snapshot_is_rebuilt_from_the_log(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
     @run
     async def scenario(tmp_path: Path) -> None:
         md = Metadata()
@@ -235,11 +238,23 @@ def test_corrupt_txnindex_or_snapshot_is_rebuilt_from_the_log(tmp_path: Path, da
         assert h is not None
         rm.snapshot_producer_states()
         rm.log_manager.shutdown()
+        damaged = 0
         for path in h.log.dir.iterdir():
             if path.name.endswith("." + damage):
-                path.write_bytes(path.read_bytes()[:-3] + b"\xff\xff\xff")
+                raw = path.read_bytes()
+                # .txnindex: a torn entry (not a multiple of 34 bytes); .snapshot: a
+                # body its CRC no longer matches.
+                path.write_bytes(
+                    raw + b"\x00\x07" if damage == "txnindex" else raw[:-3] + b"\xff" * 3
+                )
+                damaged += 1
+        assert damaged
+        caplog.clear()
         rm2 = await _restart(tmp_path, md)
         assert _state(rm2) == before
+        said = caplog.text
+        assert ("transaction index unusable" in said) == (damage == "txnindex"), said
+        assert damage != "snapshot" or "snapshot" in said, said
 
     scenario(tmp_path)
 

@@ -119,7 +119,13 @@ class FakeRuntime:
 
     # data path
     async def produce(
-        self, topic: str, partition: int, batches: list[CheckedBatch], acks: int, timeout_ms: int
+        self,
+        topic: str,
+        partition: int,
+        batches: list[CheckedBatch],
+        acks: int,
+        timeout_ms: int,
+        transactional_id: str | None = None,
     ) -> ProduceResult:
         self.produce_calls += 1
         log = self.logs[(topic, partition)]
@@ -156,6 +162,7 @@ class FakeRuntime:
         min_bytes: int,
         max_wait_ms: int,
         replica_id: int = -1,
+        isolation_level: int = 0,
     ) -> dict[FetchPartition, FetchDataInfo]:
         deadline = time.monotonic() + max_wait_ms / 1000
         while True:
@@ -171,7 +178,12 @@ class FakeRuntime:
                 return {}
 
     def list_offset(
-        self, topic: str, partition: int, timestamp: int, current_leader_epoch: int
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        current_leader_epoch: int,
+        isolation_level: int = 0,
     ) -> ListOffsetResult:
         log = self.logs.get((topic, partition))
         if log is None:

@@ -152,3 +152,12 @@ def test_entries_out_of_order_fail_sanity_check(tmp_path: Path) -> None:
     path.write_bytes(AbortedTxn(1, 0, 50, 0).to_bytes() + AbortedTxn(2, 0, 40, 0).to_bytes())
     with pytest.raises(CorruptIndexError, match="out of order"):
         index(tmp_path).sanity_check()
+
+
+def test_append_after_an_unreadable_entry_starts_the_file_afresh(tmp_path: Path) -> None:
+    path = tmp_path / f"{0:020d}.txnindex"
+    path.write_bytes(struct.pack(">hqqqq", 7, 1, 0, 4, 0))
+    idx = index(tmp_path)
+    idx.append(AbortedTxn(2, 5, 9, 5))
+    idx.sanity_check()
+    assert path.read_bytes() == AbortedTxn(2, 5, 9, 5).to_bytes()
