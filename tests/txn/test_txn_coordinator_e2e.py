@@ -312,3 +312,35 @@ def test_kip890_verification_refuses_a_partition_not_added(cluster: ProcCluster)
     end = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
            "committed": False}  # fmt: skip
     assert raw(cluster, 26, 3, end, node).error_code == Errors.NONE
+
+
+def test_aiokafka_commits_and_aborts(cluster: ProcCluster) -> None:
+    """aiokafka's transactional producer speaks the older versions (InitProducerId v1,
+    AddPartitionsToTxn v0, EndTxn v0): one committed, one aborted transaction."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    async def main() -> None:
+        live = ",".join(f"{b.host}:{b.port}" for b in cluster.brokers if b.running)
+        p = AIOKafkaProducer(bootstrap_servers=live, transactional_id="tx-aiokafka")
+        await p.start()
+        try:
+            async with p.transaction():
+                for i in range(4):
+                    await p.send_and_wait(TOPIC, b"aio-committed-%d" % i, partition=i % PARTITIONS)
+            await p.begin_transaction()
+            for i in range(4):
+                await p.send_and_wait(TOPIC, b"aio-aborted-%d" % i, partition=i % PARTITIONS)
+            await p.abort_transaction()
+        finally:
+            await p.stop()
+
+    asyncio.run(main())
+    sentinel = commit_sentinel(cluster, "e")
+    seen = read_until_sentinel(cluster, "read_committed", sentinel)
+    assert sorted(v for v in seen if v.startswith(b"aio-")) == [
+        b"aio-committed-%d" % i for i in range(4)
+    ]
+    everything = read_until_sentinel(cluster, "read_uncommitted", sentinel)
+    assert len([v for v in everything if v.startswith(b"aio-")]) == 8
