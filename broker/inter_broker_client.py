@@ -1,10 +1,12 @@
 """Requests from this broker to another broker's inter-broker listener (the
 transaction coordinator's WriteTxnMarkers and KIP-890 verification), encoded with kio.
 
-One connection per target broker, opened on first use with the listener's TLS and
+Connections to each target broker are opened on demand with the listener's TLS and
 SASL settings (`inter_broker_login.connect`, as the follower fetchers do) and reused;
-requests on it go one at a time. Any failure closes the connection and raises
-`ConnectionError` (the caller decides whether to retry).
+one request at a time on each, and up to `max_connections` of them per target, so
+the markers of one transaction (acks=all appends, tens of milliseconds) do not hold up
+another's or a KIP-890 verification. Any failure closes that connection and raises
+`ConnectionError` (or TimeoutError; the caller decides whether to retry).
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ _MAX_FRAME = 100 << 20
 
 class _Conn:
     def __init__(self) -> None:
-        self.lock = asyncio.Lock()
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
@@ -40,6 +41,14 @@ class _Conn:
         self.reader = self.writer = None
 
 
+class _Pool:
+    """The connections to one broker: idle ones, and a bound on how many are in use."""
+
+    def __init__(self, size: int) -> None:
+        self.idle: list[_Conn] = []
+        self.slots = asyncio.Semaphore(size)
+
+
 class InterBrokerClient:
     def __init__(
         self,
@@ -47,20 +56,25 @@ class InterBrokerClient:
         endpoint_of: Callable[[int], tuple[str, int] | None],
         security: InterBrokerClientSecurity | None,
         timeout_ms: int = 30_000,
+        max_connections: int = 4,
     ) -> None:
         self.broker_id = broker_id
         self._endpoint_of = endpoint_of  # the inter-broker listener of a broker id
         self._security = security
         self._timeout_s = timeout_ms / 1000
-        self._conns: dict[int, _Conn] = {}
+        self._max_connections = max_connections
+        self._pools: dict[int, _Pool] = {}
         self._correlation = itertools.count(1)
         self._client_id = f"broker-{broker_id}"
 
     async def send(self, target: int, api_key: int, version: int, **body: Any) -> Any:
         """The response entity of one request to broker `target`; raises ConnectionError
         (or TimeoutError) when it cannot be had."""
-        conn = self._conns.setdefault(target, _Conn())
-        async with conn.lock:
+        pool = self._pools.get(target)
+        if pool is None:
+            pool = self._pools[target] = _Pool(self._max_connections)
+        async with pool.slots:
+            conn = pool.idle.pop() if pool.idle else _Conn()
             try:
                 async with asyncio.timeout(self._timeout_s):
                     if conn.writer is None:
@@ -71,10 +85,12 @@ class InterBrokerClient:
                             *endpoint, self._security, self._client_id
                         )
                     assert conn.reader is not None
-                    return await self._call(conn.reader, conn.writer, api_key, version, body)
+                    answer = await self._call(conn.reader, conn.writer, api_key, version, body)
             except BaseException:
                 conn.close()
                 raise
+            pool.idle.append(conn)
+            return answer
 
     async def _call(
         self,
@@ -115,10 +131,13 @@ class InterBrokerClient:
         return entity_reader(response)(data, n)[0]
 
     async def close(self) -> None:
-        for conn in self._conns.values():
-            writer = conn.writer
-            conn.close()
-            if writer is not None:
-                with contextlib.suppress(Exception):
-                    await writer.wait_closed()
-        self._conns.clear()
+        writers = []
+        for pool in self._pools.values():
+            for conn in pool.idle:
+                if conn.writer is not None:
+                    writers.append(conn.writer)
+                conn.close()
+        self._pools.clear()
+        for w in writers:
+            with contextlib.suppress(Exception):
+                await w.wait_closed()

@@ -135,8 +135,9 @@ class BrokerServer:
             clock=clock,
         )
         # KIP-890 part 1: the produce path asks the coordinator before the first
-        # transactional batch of a producer on a partition (H2's hook).
-        self.replica_manager.verifier = self.txn.verify
+        # transactional batch of a producer on a partition, while
+        # transaction.partition.verification.enable (a live config) says so.
+        self._set_verifier(self.dynamic_config)
         # Markers on __consumer_offsets complete the groups' TxnOffsetCommits.
         self.replica_manager.marker_listeners.append(self.groups.on_txn_marker)
         # None: authorization off (authorizer.class.name unset), everything allowed.
@@ -175,6 +176,12 @@ class BrokerServer:
         defaults of logs created from now on (the replica manager reconfigures the rest)."""
         self.log_manager.config = with_cleaner_backoff(self.log_manager.config, dynamic.layers)
         self.log_manager.default_config = dynamic.log_config
+        self._set_verifier(dynamic)
+
+    def _set_verifier(self, dynamic: DynamicBrokerConfig) -> None:
+        raw = dynamic.layers.merged().get("transaction.partition.verification.enable", "true")
+        enabled = raw.strip().lower() != "false"
+        self.replica_manager.verifier = self.txn.verify if enabled else None
 
     # -- lifecycle ---------------------------------------------------------------------------
 

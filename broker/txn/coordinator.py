@@ -27,6 +27,7 @@ from broker.group.config import partition_for
 from broker.group.messages import write_error
 from broker.group.records import RecordFormatError
 from broker.txn import records as rec
+from broker.txn.listing import ListingMixin
 from broker.txn.messages import (
     Append,
     InitResult,
@@ -34,7 +35,6 @@ from broker.txn.messages import (
     Reply,
     SendMarkers,
     TxnConfig,
-    TxnDescription,
 )
 from broker.txn.state import (
     COMPLETED,
@@ -52,7 +52,7 @@ TP = tuple[str, int]
 Then = Callable[[int, int], list[Out[T]]]
 
 
-class TransactionCoordinatorCore(Generic[T]):
+class TransactionCoordinatorCore(ListingMixin, Generic[T]):
     def __init__(
         self,
         config: TxnConfig,
@@ -480,45 +480,3 @@ class TransactionCoordinatorCore(Generic[T]):
             if md.state in COMPLETED and md.update_ms + self.config.id_expiration_ms <= now_ms:
                 out.append(self._write(md, md.transit(state=S.DEAD), lambda _c, _now: []))
         return out
-
-    # -- DescribeTransactions, ListTransactions --------------------------------------------------
-
-    def describe(self, transactional_id: str) -> TxnDescription:
-        code = self.check(transactional_id)
-        md = self.txns.get(transactional_id) if code == Errors.NONE else None
-        if code == Errors.NONE and md is None:
-            code = Errors.TRANSACTIONAL_ID_NOT_FOUND
-        if md is None:
-            return TxnDescription(transactional_id, code)
-        return TxnDescription(
-            transactional_id, Errors.NONE, md.state.kafka_name, md.timeout_ms, md.start_ms,
-            md.producer_id, md.producer_epoch, tuple(sorted(md.partitions)),
-        )  # fmt: skip
-
-    def list_transactions(
-        self, states: Iterable[str], producer_ids: Iterable[int], min_duration_ms: int, now_ms: int
-    ) -> tuple[int, list[str], list[tuple[str, int, str]]]:
-        """(error code, unknown state filters, [(id, producer id, state name)])."""
-        wanted_states: set[TransactionState] = set()
-        unknown: list[str] = []
-        for name in states:
-            s = TransactionState.from_kafka_name(name)
-            if s is None:
-                unknown.append(name)
-            else:
-                wanted_states.add(s)
-        if any(not loaded for _, loaded in self.owned.values()):
-            return Errors.COORDINATOR_LOAD_IN_PROGRESS, unknown, []
-        states_given = bool(wanted_states) or bool(unknown)
-        pids = set(producer_ids)
-        found = []
-        for tid, md in sorted(self.txns.items()):
-            if states_given and md.state not in wanted_states:
-                continue
-            if pids and md.producer_id not in pids:
-                continue
-            # Kafka's filter, as written: running for longer than the duration
-            if min_duration_ms >= 0 and now_ms - md.start_ms <= min_duration_ms:
-                continue
-            found.append((tid, md.producer_id, md.state.kafka_name))
-        return Errors.NONE, unknown, found

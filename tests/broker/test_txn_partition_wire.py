@@ -38,7 +38,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcCluster]:
         n_controllers=1,
         n_brokers=3,
         controller_props={"auto.leader.rebalance.enable": "false"},
-        broker_props={"replica.lag.time.max.ms": "1500"},
+        # raw transactional batches with no coordinator behind them: KIP-890's
+        # verification (on by default now that a coordinator exists) is switched off
+        broker_props={
+            "replica.lag.time.max.ms": "1500",
+            "transaction.partition.verification.enable": "false",
+        },
     )
     try:
         c.start()

@@ -1,6 +1,6 @@
 """The inter-broker client against a broker's listener (the protocol layer on its own
-loop): requests answered in order on one reused connection, a broker with no known
-endpoint refused as a ConnectionError."""
+loop): concurrent requests on pooled connections that are reused, a broker with no
+known endpoint refused as a ConnectionError."""
 
 from __future__ import annotations
 
@@ -33,7 +33,9 @@ def test_requests_on_one_connection(tmp_path: Path) -> None:
                     for _ in range(3)
                 ))  # fmt: skip
                 assert [a.error_code for a in answers] == [Errors.NONE] * 3
-                assert len(client._conns) == 1
+                assert len(client._pools[1].idle) == 3  # three at once: three connections
+                await client.send(1, ApiKey.API_VERSIONS, 3, **sw)
+                assert len(client._pools[1].idle) == 3  # reused
                 with pytest.raises(ConnectionError):
                     await client.send(2, ApiKey.API_VERSIONS, 0)
             finally:

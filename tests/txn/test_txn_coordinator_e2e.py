@@ -116,10 +116,12 @@ def commit_sentinel(c: ProcCluster, name: str) -> bytes:
     return value
 
 
-def raw(c: ProcCluster, api_key: int, version: int, body: dict[str, Any], node: int) -> Any:
+def raw(c: ProcCluster, api_key: int, version: int, body: Any, node: int) -> Any:
+    """One request (plain data, or a kio entity) to broker `node`, its answer."""
     b = c.broker(node)
+    req = request(api_key, version, body) if isinstance(body, dict) else body
     with closing(RawClient(b.host, b.port)) as client:
-        client.send(encode_request(api_key, version, request(api_key, version, body)))
+        client.send(encode_request(api_key, version, req))
         return decode_response(api_key, version, client.recv_frame())[1]
 
 
@@ -263,3 +265,82 @@ def test_coordinator_failover_mid_transaction(cluster: ProcCluster) -> None:
         assert (d.producer_id, d.producer_epoch) == (pid, 1)
     finally:
         cluster.restart_broker(old)
+
+
+def test_kip890_verification_refuses_a_partition_not_added(cluster: ProcCluster) -> None:
+    """A transactional batch for a partition the transaction never added is refused by
+    its leader after asking the coordinator (itself or, over the inter-broker
+    listener, another broker); once added it is taken. Every partition, so both the
+    local and the remote question are asked (the leaders differ)."""
+    import dataclasses
+
+    from storage.records import Record, build_batch
+    from tests.harness.raw_protocol import produce
+
+    tid = "tx-verify"
+    node = coordinator_of(cluster, tid)
+    init = {"transactional_id": tid, "transaction_timeout": 60_000, "producer_id": -1,
+            "producer_epoch": -1}  # fmt: skip
+    r = raw(cluster, 22, 4, init, node)
+    assert r.error_code == Errors.NONE
+    pid, epoch = int(r.producer_id), int(r.producer_epoch)
+    parts = cluster.partitions(TOPIC)
+    assert parts is not None
+    leaders = {p: int(parts[p]["leader"]) for p in range(PARTITIONS)}
+
+    def produce_to(p: int, seq: int) -> int:
+        batch = build_batch([Record(value=b"v")], producer_id=pid, producer_epoch=epoch,
+                            base_sequence=seq, is_transactional=True)  # fmt: skip
+        req = dataclasses.replace(produce(TOPIC, p, batch, acks=-1), transactional_id=tid)
+        return int(raw(cluster, 0, 9, req, leaders[p]).responses[0].partition_responses[0]
+                   .error_code)  # fmt: skip
+
+    refused = {p: produce_to(p, 0) for p in range(PARTITIONS)}
+    assert refused == dict.fromkeys(range(PARTITIONS), Errors.INVALID_TXN_STATE), refused
+    add = {
+        "v3_and_below_transactional_id": tid,
+        "v3_and_below_producer_id": pid,
+        "v3_and_below_producer_epoch": epoch,
+        "v3_and_below_topics": [{"name": TOPIC, "partitions": list(range(PARTITIONS))}],
+    }
+    added = raw(cluster, 24, 3, add, node)
+    assert [x.partition_error_code for t in added.results_by_topic_v3_and_below
+            for x in t.results_by_partition] == [Errors.NONE] * PARTITIONS  # fmt: skip
+    assert {p: produce_to(p, 0) for p in range(PARTITIONS)} == dict.fromkeys(
+        range(PARTITIONS), Errors.NONE
+    )
+    end = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+           "committed": False}  # fmt: skip
+    assert raw(cluster, 26, 3, end, node).error_code == Errors.NONE
+
+
+def test_aiokafka_commits_and_aborts(cluster: ProcCluster) -> None:
+    """aiokafka's transactional producer speaks the older versions (InitProducerId v1,
+    AddPartitionsToTxn v0, EndTxn v0): one committed, one aborted transaction."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    async def main() -> None:
+        live = ",".join(f"{b.host}:{b.port}" for b in cluster.brokers if b.running)
+        p = AIOKafkaProducer(bootstrap_servers=live, transactional_id="tx-aiokafka")
+        await p.start()
+        try:
+            async with p.transaction():
+                for i in range(4):
+                    await p.send_and_wait(TOPIC, b"aio-committed-%d" % i, partition=i % PARTITIONS)
+            await p.begin_transaction()
+            for i in range(4):
+                await p.send_and_wait(TOPIC, b"aio-aborted-%d" % i, partition=i % PARTITIONS)
+            await p.abort_transaction()
+        finally:
+            await p.stop()
+
+    asyncio.run(main())
+    sentinel = commit_sentinel(cluster, "e")
+    seen = read_until_sentinel(cluster, "read_committed", sentinel)
+    assert sorted(v for v in seen if v.startswith(b"aio-")) == [
+        b"aio-committed-%d" % i for i in range(4)
+    ]
+    everything = read_until_sentinel(cluster, "read_uncommitted", sentinel)
+    assert len([v for v in everything if v.startswith(b"aio-")]) == 8
