@@ -111,8 +111,8 @@ class BrokerServer:
             config.offsets_commit_timeout_ms,
             clock=clock,
         )
-        # Markers on __consumer_offsets complete TxnOffsetCommits (getattr: H2's list).
-        getattr(self.replica_manager, "marker_listeners", []).append(self.groups.on_txn_marker)
+        # Markers on __consumer_offsets complete TxnOffsetCommits.
+        self.replica_manager.marker_listeners.append(self.groups.on_txn_marker)
         # None: authorization off (authorizer.class.name unset), everything allowed.
         self.authorizer = (
             StandardAuthorizer(config.super_users, config.allow_everyone_if_no_acl_found)

@@ -88,7 +88,13 @@ class Replicas(Protocol):
 
     def partition(self, topic: str, partition: int) -> OffsetsReplica | None: ...
     async def produce(
-        self, topic: str, partition: int, batches: list[CheckedBatch], acks: int, timeout_ms: int
+        self,
+        topic: str,
+        partition: int,
+        batches: list[CheckedBatch],
+        acks: int,
+        timeout_ms: int,
+        transactional_id: str | None = None,
     ) -> AppendResult: ...
 
 
@@ -162,16 +168,20 @@ class GroupCoordinator:
         )
         base_offset = -1
         try:
-            code = await self._verify(a)
-            if code == Errors.NONE:
-                result = await self._replicas.produce(
-                    OFFSETS_TOPIC,
-                    a.partition,
-                    validate_records(batch),
-                    -1,
-                    self._commit_timeout_ms,
-                )
-                code, base_offset = result.error_code, getattr(result, "base_offset", -1)
+            # A transactional batch names its transactional id: the replica manager
+            # verifies with the transaction coordinator that this offsets partition is in
+            # the producer's transaction (KIP-890 part 1, Kafka's
+            # maybeStartTransactionVerificationForPartition in handleTxnCommitOffsets).
+            txn = {"transactional_id": a.transactional_id} if a.producer_id >= 0 else {}
+            result = await self._replicas.produce(
+                OFFSETS_TOPIC,
+                a.partition,
+                validate_records(batch),
+                -1,
+                self._commit_timeout_ms,
+                **txn,
+            )
+            code, base_offset = result.error_code, getattr(result, "base_offset", -1)
         except Exception:
             log.exception("append to %s-%d failed", OFFSETS_TOPIC, a.partition)
             code = Errors.UNKNOWN_SERVER_ERROR
@@ -180,25 +190,21 @@ class GroupCoordinator:
         now = self._clock.wall_ms()
         self._process(self.core.on_append_done(a.write_id, code, now, base_offset))
 
-    async def _verify(self, a: Append) -> int:
-        """KIP-890 part 1, as Kafka's maybeStartTransactionVerificationForPartition: the
-        transaction coordinator must know the offsets partition is in the producer's
-        transaction before its offsets are appended (when a verifier is wired)."""
-        verifier = getattr(self._replicas, "verifier", None)
-        if a.producer_id < 0 or a.transactional_id is None or verifier is None:
-            return Errors.NONE
-        return int(
-            await verifier(
-                a.transactional_id, a.producer_id, a.producer_epoch, OFFSETS_TOPIC, a.partition
-            )
-        )
-
     def on_txn_marker(self, topic: str, partition: int, producer_id: int, committed: bool) -> None:
         """ReplicaManager.marker_listeners: a marker was appended on a partition we lead;
         for __consumer_offsets, the producer's pending transactional offsets of the
         groups there become committed (or are dropped on abort)."""
-        if topic == OFFSETS_TOPIC:
-            self._process(self.core.on_txn_marker(partition, producer_id, committed))
+        if topic != OFFSETS_TOPIC:
+            return
+        if partition in self._loads:
+            # Loading reads the log to where it ended when it started: read it again, so
+            # the marker (in the log by now) is seen whatever the timing.
+            self._cancel_load(partition)
+            self._loads[partition] = asyncio.create_task(
+                self._load(partition), name=f"group-load-{partition}"
+            )
+            return
+        self._process(self.core.on_txn_marker(partition, producer_id, committed))
 
     # -- timers --------------------------------------------------------------------------------
 

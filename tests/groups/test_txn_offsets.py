@@ -239,3 +239,36 @@ def test_the_shell_loads_markers_from_the_log(tmp_path: Path) -> None:
     _, found = gc.core.fetch_offsets(G, None)
     assert {tp: v.offset for tp, v in found.items() if v} == {T0: 10, T1: 30}
     lg.close()
+
+
+def test_a_marker_written_while_the_partition_loads_is_not_lost(tmp_path: Path) -> None:
+    """The load reads the log to where it ended when it began; a marker appended after
+    that restarts it, so the commit is seen."""
+    lg = Log(tmp_path / f"__consumer_offsets-{P}")
+    k, v = _offset(G, T0, 10)
+    lg.append_as_leader(
+        build_batch([Record(value=v, key=k)], producer_id=7, producer_epoch=0,
+                    is_transactional=True, now_ms=0),  # fmt: skip
+        0,
+    )
+    hosted = SimpleNamespace(core=SimpleNamespace(is_leader=True, leader_epoch=0), log=lg)
+    replicas = SimpleNamespace(partition=lambda topic, p: hosted)
+
+    async def no_topic() -> None:
+        return None
+
+    async def run() -> GroupCoordinator:
+        gc = GroupCoordinator(GroupConfig(num_partitions=4), replicas, no_topic)  # type: ignore[arg-type]
+        gc.core.begin_load(P)
+        gc._loads[P] = asyncio.create_task(gc._load(P))
+        await asyncio.sleep(0)  # the load has started (and captured the log end)
+        lg.append_as_leader(_marker(7, commit=True), 0)
+        gc.on_txn_marker("__consumer_offsets", P, 7, True)
+        while P in gc._loads:
+            await gc._loads[P]
+        return gc
+
+    gc = asyncio.run(run())
+    _, found = gc.core.fetch_offsets(G, None)
+    assert {tp: v.offset for tp, v in found.items() if v} == {T0: 10}
+    lg.close()
