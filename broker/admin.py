@@ -20,7 +20,7 @@ from typing import Protocol
 from broker.config import BrokerConfig
 from broker.controller_channel import ControllerError, ControllerUnavailable
 from common.errors import Errors
-from common.topics import GROUP_METADATA_TOPIC_NAME
+from common.topics import GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME
 from metadata_log.controller_api import (  # elections and quorum status
     AclCreationResult,
     AllocateProducerIdsResponse,
@@ -198,6 +198,35 @@ class Admin:
                     "cannot create %s (offsets.topic.replication.factor=%d): error %d %s",
                     GROUP_METADATA_TOPIC_NAME,
                     cfg.offsets_topic_replication_factor,
+                    r.error_code,
+                    r.error_message or "",
+                )
+
+    async def create_txn_state_topic(self, live_brokers: int) -> None:
+        """__transaction_state on first use (FindCoordinator for a transactional id),
+        compacted, its replication factor capped at the brokers there are (so a small
+        cluster gets a coordinator) and min ISR at that factor."""
+        cfg = self.config
+        rf = max(1, min(cfg.txn_topic_replication_factor, live_brokers))
+        topic = CreatableTopic(
+            name=TRANSACTION_STATE_TOPIC_NAME,
+            num_partitions=cfg.txn_config.num_partitions,
+            replication_factor=rf,
+            configs={
+                "cleanup.policy": "compact",
+                "segment.bytes": str(cfg.txn_topic_segment_bytes),
+                "min.insync.replicas": str(min(cfg.txn_topic_min_isr, rf)),
+                "unclean.leader.election.enable": "false",
+                "compression.type": "uncompressed",
+            },
+        )
+        resp = await self.create_topics(CreateTopicsRequest(topics=[topic]))
+        for r in resp.topics:
+            if r.error_code not in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS):
+                log.warning(
+                    "cannot create %s (replication factor %d): error %d %s",
+                    TRANSACTION_STATE_TOPIC_NAME,
+                    rf,
                     r.error_code,
                     r.error_message or "",
                 )

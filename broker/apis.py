@@ -46,6 +46,7 @@ from broker import (
     apis_reassign,
     apis_records,
     apis_sasl,
+    apis_txn,
     apis_txn_markers,
 )
 from broker.apis_common import ApiHandler, BrokerApis, CloseConnection, Response
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
     from broker.group.manager import GroupCoordinator
     from broker.replica_manager import ReplicaManager
     from broker.security.authorizer import StandardAuthorizer
+    from broker.txn.manager import TransactionCoordinator
     from metadata_log.image import MetadataImage
 
 log = logging.getLogger(__name__)
@@ -92,11 +94,14 @@ class KafkaApis:
         advertised: Mapping[str, tuple[str, int]] | None = None,
         *,
         authorizer: StandardAuthorizer | None = None,
+        txn: TransactionCoordinator | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.cluster_id = cluster_id
         self.replica_manager = replica_manager
         self.groups = groups
+        # The transaction coordinator (None only in tests that build the APIs bare).
+        self.txn: TransactionCoordinator = txn  # type: ignore[assignment]
         self.admin = admin
         self.authorizer = authorizer  # None: authorization off, everything allowed
         # Our own (host, port) by listener name, as configured (the image may lag).
@@ -225,6 +230,7 @@ HANDLERS = _by_key(
     apis_describe.API_HANDLERS,
     apis_records.API_HANDLERS,
     apis_reassign.API_HANDLERS,
+    apis_txn.API_HANDLERS,
     apis_txn_markers.API_HANDLERS,
     API_HANDLERS,
 )

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from broker.group.manager import GroupCoordinator
     from broker.replica_manager import ReplicaManager
     from broker.security.authorizer import StandardAuthorizer
+    from broker.txn.manager import TransactionCoordinator
     from metadata_log.image import MetadataImage
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)  # Kafka's "not requested" value
@@ -38,6 +39,7 @@ class BrokerApis(Protocol):
     cluster_id: str
     replica_manager: ReplicaManager
     groups: GroupCoordinator
+    txn: TransactionCoordinator
     admin: Admin
     # None: authorization is off (`authorizer.class.name` unset) and everything is
     # allowed. Handlers test it once per request before any per-resource check, so an

@@ -31,6 +31,7 @@ from broker.apis_common import (
     error_code_of,
     to_ms,
 )
+from broker.apis_txn import init_transactional_producer_id
 from broker.codec import (
     FetchTopicOut,
     RequestHeader,
@@ -501,10 +502,8 @@ async def handle_init_producer_id(apis: BrokerApis, header: RequestHeader, body:
             AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME
         ) and not apis.authorize_any(AclOperation.WRITE, ResourceType.TOPIC):
             return init_producer_id_error(header, body, Errors.CLUSTER_AUTHORIZATION_FAILED)
-    if body.transactional_id is not None:
-        # Transactions need a transaction coordinator, which this broker does not have
-        # (FindCoordinator is not advertised): refuse plainly rather than pretend.
-        return init_producer_id_error(header, body, Errors.INVALID_REQUEST)
+    if body.transactional_id is not None:  # the transaction coordinator's (apis_txn)
+        return await init_transactional_producer_id(apis, header, body)
     err, producer_id, epoch = await apis.admin.init_producer_id()
     return encode_response(
         ApiKey.INIT_PRODUCER_ID,

@@ -22,7 +22,7 @@ from broker.security.session import current_session
 from common.acl import AclOperation, ResourceType
 from common.api_keys import ApiKey
 from common.errors import Errors
-from common.topics import GROUP_METADATA_TOPIC_NAME
+from common.topics import GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1  # FindCoordinator key types
 
@@ -36,20 +36,25 @@ def _coordinator(apis: BrokerApis, key: str, key_type: int) -> dict[str, Any]:
         refused = _coordinator_refusal(apis, key, key_type)
         if refused is not None:
             return {**out, "error_code": refused, "error_message": None}
+    if key_type not in (GROUP_KEY, TRANSACTION_KEY) or not key:
+        what = "a group id" if key_type == GROUP_KEY else "a transactional id"
+        return {**out, "error_code": Errors.INVALID_REQUEST, "error_message": f"not {what}"}
     if key_type == TRANSACTION_KEY:
-        return {
-            **out,
-            "error_code": Errors.COORDINATOR_NOT_AVAILABLE,
-            "error_message": "no transactions",
-        }
-    if key_type != GROUP_KEY or not key:
-        return {**out, "error_code": Errors.INVALID_REQUEST, "error_message": "not a group id"}
-    groups = apis.groups
-    topic = apis.image().topic_by_name(GROUP_METADATA_TOPIC_NAME)
-    if topic is None:
-        groups.ensure_offsets_topic()
-        return {**out, "error_code": Errors.COORDINATOR_NOT_AVAILABLE, "error_message": None}
-    reg = topic.partitions.get(groups.core.partition_for(key))
+        # __transaction_state, by the hash of the transactional id (as groups)
+        txn = apis.txn
+        topic = apis.image().topic_by_name(TRANSACTION_STATE_TOPIC_NAME)
+        if topic is None:
+            txn.ensure_txn_topic()
+            return {**out, "error_code": Errors.COORDINATOR_NOT_AVAILABLE, "error_message": None}
+        partition = txn.core.partition_for(key)
+    else:
+        groups = apis.groups
+        topic = apis.image().topic_by_name(GROUP_METADATA_TOPIC_NAME)
+        if topic is None:
+            groups.ensure_offsets_topic()
+            return {**out, "error_code": Errors.COORDINATOR_NOT_AVAILABLE, "error_message": None}
+        partition = groups.core.partition_for(key)
+    reg = topic.partitions.get(partition)
     endpoint = apis.advertised_endpoint(reg.leader) if reg and reg.leader >= 0 else None
     if reg is None or endpoint is None:
         return {**out, "error_code": Errors.COORDINATOR_NOT_AVAILABLE, "error_message": None}

@@ -35,6 +35,7 @@ from broker.security.listener_security import (
     inter_broker_client_security,
     listener_security,
 )
+from broker.txn.config import TxnConfig
 from common.config_def import is_sensitive_config
 from common.properties import ConfigError, Properties, read_properties
 from storage.config import LogConfig
@@ -105,6 +106,15 @@ DEFAULTS: dict[str, str | None] = {
     "group.max.session.timeout.ms": "1800000",
     "group.initial.rebalance.delay.ms": "3000",
     "group.max.size": "2147483647",
+    # The transaction coordinator and __transaction_state.
+    "transaction.state.log.num.partitions": "50",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "transaction.state.log.segment.bytes": "104857600",
+    "transaction.max.timeout.ms": "900000",
+    "transactional.id.expiration.ms": "604800000",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
+    "transaction.remove.expired.transaction.cleanup.interval.ms": "3600000",
     # Authorization: off while authorizer.class.name is empty.
     "authorizer.class.name": "",
     "super.users": None,
@@ -160,6 +170,10 @@ class BrokerConfig:
     offsets_topic_replication_factor: int = 3
     offsets_topic_segment_bytes: int = 104857600
     offsets_commit_timeout_ms: int = 5000
+    txn_config: TxnConfig = field(default_factory=TxnConfig)
+    txn_topic_replication_factor: int = 3
+    txn_topic_min_isr: int = 2
+    txn_topic_segment_bytes: int = 104857600
     # Security by listener name (every listener has one), and the inter-broker client's.
     listener_security: dict[str, ListenerSecurity] = field(default_factory=dict, repr=False)
     inter_broker_security: InterBrokerClientSecurity | None = field(default=None, repr=False)
@@ -380,6 +394,12 @@ def from_properties(values: Mapping[str, str]) -> BrokerConfig:
         ),
         offsets_topic_segment_bytes=props.get_int("offsets.topic.segment.bytes", min=1),
         offsets_commit_timeout_ms=props.get_int("offsets.commit.timeout.ms", min=1),
+        txn_config=_txn_config(props),
+        txn_topic_replication_factor=props.get_int(
+            "transaction.state.log.replication.factor", min=1, max=32_767
+        ),
+        txn_topic_min_isr=props.get_int("transaction.state.log.min.isr", min=1),
+        txn_topic_segment_bytes=props.get_int("transaction.state.log.segment.bytes", min=1),
         listener_security=security,
         inter_broker_security=inter_security,
         ssl_handshake_timeout_ms=props.get_int("ssl.handshake.timeout.ms", min=1),
@@ -433,4 +453,18 @@ def _group_config(props: Properties) -> GroupConfig:
         offsets_retention_ms=props.get_int("offsets.retention.minutes", min=1) * 60_000,
         retention_check_interval_ms=props.get_int("offsets.retention.check.interval.ms", min=1),
         offset_metadata_max_bytes=props.get_int("offset.metadata.max.bytes", min=0),
+    )
+
+
+def _txn_config(props: Properties) -> TxnConfig:
+    return TxnConfig(
+        num_partitions=props.get_int("transaction.state.log.num.partitions", min=1, max=100_000),
+        max_timeout_ms=props.get_int("transaction.max.timeout.ms", min=1),
+        id_expiration_ms=props.get_int("transactional.id.expiration.ms", min=1),
+        abort_check_interval_ms=props.get_int(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms", min=1
+        ),
+        remove_check_interval_ms=props.get_int(
+            "transaction.remove.expired.transaction.cleanup.interval.ms", min=1
+        ),
     )

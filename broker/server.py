@@ -27,15 +27,18 @@ from broker.controller_channel import ControllerChannel
 from broker.dynamic_config import DynamicBrokerConfig, DynamicConfigPublisher, with_cleaner_backoff
 from broker.fetcher import FetcherConfig, FetcherManager
 from broker.group.manager import GroupCoordinator
+from broker.inter_broker_client import InterBrokerClient
 from broker.lifecycle import BrokerLifecycleManager
 from broker.metadata_loader import MetadataLoader
 from broker.network import KafkaServer
 from broker.replica_manager import ReplicaManager
 from broker.security.authorizer import StandardAuthorizer
 from broker.security.sasl_server import SaslServerFactory
+from broker.txn.manager import TransactionCoordinator
 from common.clock import SYSTEM_CLOCK, Clock
 from common.controller_plane import plane_client
 from common.scram import ScramMechanism
+from common.topics import GROUP_METADATA_TOPIC_NAME
 from metadata_log.image import ScramCredential
 from metadata_log.records import Endpoint
 from storage.log_manager import LogManager
@@ -113,6 +116,29 @@ class BrokerServer:
         )
         # Markers on __consumer_offsets complete TxnOffsetCommits.
         self.replica_manager.marker_listeners.append(self.groups.on_txn_marker)
+        # Requests to other brokers' inter-broker listeners (WriteTxnMarkers, KIP-890
+        # verification), with that listener's TLS and SASL settings.
+        self.inter_broker = InterBrokerClient(
+            config.node_id,
+            self.replica_manager.leader_endpoint,
+            config.inter_broker_security,
+            config.request_timeout_ms,
+        )
+        self.txn = TransactionCoordinator(
+            config.node_id,
+            config.txn_config,
+            self.replica_manager,
+            self.replica_manager.image,
+            self.inter_broker,
+            self.admin.init_producer_id,
+            lambda group: (GROUP_METADATA_TOPIC_NAME, self.groups.core.partition_for(group)),
+            lambda: self.admin.create_txn_state_topic(len(self.replica_manager.image().brokers)),
+            config.offsets_commit_timeout_ms,  # Kafka: transaction.state.log's own, same default
+            clock=clock,
+        )
+        # KIP-890 part 1: the produce path asks the coordinator before the first
+        # transactional batch of a producer on a partition (H2's hook).
+        self.replica_manager.verifier = self.txn.verify
         # None: authorization off (authorizer.class.name unset), everything allowed.
         self.authorizer = (
             StandardAuthorizer(config.super_users, config.allow_everyone_if_no_acl_found)
@@ -126,6 +152,7 @@ class BrokerServer:
             self.replica_manager,  # the others read the replicas it made or dropped
             *([self.authorizer] if self.authorizer is not None else []),  # the ACL bindings
             self.groups,  # loads or drops the groups of the offsets partitions we lead
+            self.txn,  # loads or drops the transactions of the __transaction_state we lead
             self.lifecycle,  # last: "caught up" must mean every publisher above applied it
         ]
         self.apis = KafkaApis(
@@ -136,6 +163,7 @@ class BrokerServer:
             self.admin,
             {x.name: (x.host, x.port) for x in config.advertised_listeners},
             authorizer=self.authorizer,
+            txn=self.txn,
         )
         self.listeners: list[KafkaServer] = []
         self._stop_tasks = asyncio.Event()
@@ -163,6 +191,7 @@ class BrokerServer:
             self.listeners.append(server)
             await server.start()
         self.groups.start()
+        self.txn.start()
         self._tasks = [
             asyncio.create_task(
                 self.log_manager.run(self._stop_tasks, self.replica_manager.high_watermark),
@@ -218,6 +247,8 @@ class BrokerServer:
                 await server.close()
         self.listeners = []
         await self.groups.shutdown()
+        await self.txn.shutdown()
+        await self.inter_broker.close()
         await self.fetchers.shutdown()
         await self.alter_partitions.shutdown()
         self.replica_manager.shutdown()

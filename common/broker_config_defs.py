@@ -251,6 +251,11 @@ STATIC_BROKER_CONFIGS = frozenset(
         "auto.create.topics.enable", "offsets.topic.replication.factor",
         "offsets.topic.num.partitions", "replica.lag.time.max.ms", "zookeeper.connect",
         "log.cleaner.enable", "authorizer.class.name", "super.users",
+        "transaction.state.log.num.partitions", "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr", "transaction.state.log.segment.bytes",
+        "transaction.max.timeout.ms", "transactional.id.expiration.ms",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
     }
 )  # fmt: skip
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
 # Topics only the broker itself writes (Kafka's Topic.isInternal).
-INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME})
+INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME})
 MAX_NAME_LENGTH = 249
 _LEGAL_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
 

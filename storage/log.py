@@ -23,6 +23,7 @@ from storage.checkpoint import LEADER_EPOCH_CHECKPOINT, fsync_dir
 from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
 from storage.log_loader import SWAP_SUFFIX, load_log
+from storage.log_txn import TxnLogMixin
 from storage.log_types import (
     FetchDataInfo,
     LogAppendInfo,
@@ -53,7 +54,7 @@ from storage.segment import (
 log = logging.getLogger(__name__)
 
 
-class Log:
+class Log(TxnLogMixin):
     def __init__(
         self,
         directory: Path | str,
@@ -76,6 +77,7 @@ class Log:
         self._closed = False
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
+        self.on_roll: Callable[[int], None] | None = None  # see TxnLogMixin.on_roll
         loaded = load_log(
             self.dir,
             self._new_segment,
@@ -92,6 +94,8 @@ class Log:
             max(log_start_offset, self._segments[0].base_offset), self.log_end_offset
         )
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        # Recovery may have cut the log below a snapshot; one below the start is useless.
+        self._drop_unbacked_snapshots()
         # The cleaner's first dirty offset (`cleaner-offset-checkpoint`): below it the log was
         # compacted. None: never cleaned. The LogManager loads, moves and writes it.
         self.cleaner_checkpoint: int | None = None
@@ -309,6 +313,7 @@ class Log:
             seg = self._new_segment(base)
             self._segments.append(seg)
             self._bases.append(base)
+            self._rolled(base)
             return seg
 
     # -- reads -------------------------------------------------------------------------------
@@ -416,6 +421,8 @@ class Log:
             if self.cleaner_checkpoint is not None:  # Kafka's maybeTruncateCheckpoint
                 self.cleaner_checkpoint = min(self.cleaner_checkpoint, self._leo)
             self.log_start_offset = min(self.log_start_offset, self._leo)
+            leo = self._leo
+            self._delete_snapshots(lambda snapshot: snapshot > leo)
             return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -432,6 +439,7 @@ class Log:
             self.log_start_offset = offset
             self.recovery_point = offset
             self.cleaner_checkpoint = None
+            self._delete_snapshots(lambda _snapshot: True)  # the producers' history is gone
 
     def delete_records_before(self, offset: int) -> bool:
         """Move the log start offset up to `offset` (DeleteRecords); drops whole segments.
@@ -449,6 +457,7 @@ class Log:
             self.log_start_offset = offset
             self.leader_epoch_cache.truncate_from_start(offset)
             self._delete_segments_while(lambda seg, next_base: next_base <= offset)
+            self._delete_snapshots(lambda snapshot: snapshot < offset)
             return True
 
     # -- retention ---------------------------------------------------------------------------
@@ -508,8 +517,9 @@ class Log:
             seg.delete()
         del self._segments[:doomed]
         del self._bases[:doomed]
-        self.log_start_offset = max(self.log_start_offset, self._bases[0])
-        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self.log_start_offset = start = max(self.log_start_offset, self._bases[0])
+        self.leader_epoch_cache.truncate_from_start(start)
+        self._delete_snapshots(lambda snapshot: snapshot < start)
         return doomed
 
     # -- compaction (see storage/cleaner.py) -------------------------------------------------
@@ -553,6 +563,9 @@ class Log:
                 seg.close()
                 if seg.base_offset != new.base_offset:
                     seg.delete()  # the first one's files are replaced by the renames below
+                else:
+                    # ...except its .txnindex when `new` has none (its file is lazy).
+                    seg.txn_index.delete()
             new.change_suffix("")
             fsync_dir(self.dir)
             return True

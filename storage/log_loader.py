@@ -24,6 +24,7 @@ from storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     LogSegment,
     check_index_or_none,
 )
@@ -113,8 +114,8 @@ def complete_swaps(
 
 
 def _segment_file_base(name: str) -> int | None:
-    """The base offset of a segment's `.log`, `.index` or `.timeindex` file, else None."""
-    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+    """The base offset of a segment's `.log`, `.index`, `.timeindex` or `.txnindex` file."""
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
         if name.endswith(suffix) and name[: -len(suffix)].isdigit():
             return int(name[: -len(suffix)])
     return None
@@ -128,7 +129,7 @@ def _segment_bases(directory: Path) -> list[int]:
             path.unlink(missing_ok=True)  # leftovers of an interrupted operation
         elif name.endswith(LOG_SUFFIX) and name[: -len(LOG_SUFFIX)].isdigit():
             bases.append(int(name[: -len(LOG_SUFFIX)]))
-    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):  # indexes whose log is gone
+    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):  # indexes whose log is gone
         for path in directory.glob(f"*{suffix}"):
             stem = path.name[: -len(suffix)]
             if stem.isdigit() and int(stem) not in bases:

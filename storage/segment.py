@@ -1,4 +1,5 @@
-"""One log segment: `<20-digit base offset>.log` with its `.index` and `.timeindex`."""
+"""One log segment: `<20-digit base offset>.log` with its `.index`, `.timeindex` and
+`.txnindex` (aborted transactions; its file exists only once it has an entry)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from storage.record_batch import (
     RecordBatchView,
     validate_batch,
 )
+from storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -107,6 +109,9 @@ class LogSegment:
             base_offset,
             max_index_size,
         )
+        self.txn_index = TransactionIndex(
+            directory / segment_name(base_offset, TXN_INDEX_SUFFIX + suffix), base_offset
+        )
         self.created_ms = created_ms
         self._bytes_since_index_entry = 0
         ts, off = self.time_index.last_entry
@@ -168,6 +173,7 @@ class LogSegment:
             os.fsync(self.file.fileno())
         except ValueError:  # closed meanwhile: it was deleted or the log was closed
             return
+        self.txn_index.flush()
         for index in (self.offset_index, self.time_index):
             try:
                 fd = os.open(index.path, os.O_RDONLY)
@@ -258,6 +264,7 @@ class LogSegment:
 
     def truncate_to(self, offset: int) -> int:
         """Remove batches whose last offset is >= `offset`; returns bytes removed."""
+        self.txn_index.truncate_to(offset)
         first = self.translate_offset(offset)
         if first is None:
             return 0
@@ -347,6 +354,9 @@ class LogSegment:
         truncated = file_size - pos
         if truncated:
             os.ftruncate(fd, pos)
+        # Aborts indexed past what survived (a cut tail, or an index written before the
+        # log reached the disk) go: the index never runs ahead of its log.
+        self.txn_index.truncate_to(next_offset)
         self.size = pos
         self.flushed_size = pos
         self.offset_index.flush()
@@ -377,12 +387,16 @@ class LogSegment:
             self.file.close()
 
     def change_suffix(self, suffix: str) -> None:
-        """Rename the three files to `<base>.log<suffix>` etc. (Kafka's changeFileSuffixes).
+        """Rename the files to `<base>.log<suffix>` etc. (Kafka's changeFileSuffixes).
 
         The indexes go first and the log last: the log's name is what recovery goes by, so
         whoever sees the new log name also finds its indexes renamed (or rebuilds them).
         """
-        indexes = ((self.offset_index, INDEX_SUFFIX), (self.time_index, TIME_INDEX_SUFFIX))
+        indexes = (
+            (self.offset_index, INDEX_SUFFIX),
+            (self.time_index, TIME_INDEX_SUFFIX),
+            (self.txn_index, TXN_INDEX_SUFFIX),
+        )
         for index, plain in indexes:
             index.rename(self.directory / segment_name(self.base_offset, plain + suffix))
         path = self.directory / segment_name(self.base_offset, LOG_SUFFIX + suffix)
@@ -394,6 +408,7 @@ class LogSegment:
         self.log_path.unlink(missing_ok=True)
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"

@@ -22,6 +22,8 @@ from broker.group.config import GroupConfig
 from broker.group.manager import GroupCoordinator
 from broker.network import KafkaServer
 from broker.results import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from broker.txn.config import TxnConfig
+from broker.txn.manager import TransactionCoordinator
 from metadata_log.controller_api import (
     CreatableTopicResult,
     CreatePartitionsRequest,
@@ -68,6 +70,12 @@ class FakeRuntime:
         # A real coordinator, but __consumer_offsets never gets created here: clients
         # with a group.id hear COORDINATOR_NOT_AVAILABLE, as from a cluster without it.
         self.groups = GroupCoordinator(GroupConfig(), self, self._no_offsets_topic)  # type: ignore[arg-type]
+        # Likewise a real transaction coordinator without __transaction_state:
+        # transactional ids hear NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE.
+        self.txn = TransactionCoordinator(
+            BROKER_ID, TxnConfig(), self, self.image, _NoBrokers(),  # type: ignore[arg-type]
+            self.init_producer_id, lambda g: ("__consumer_offsets", 0), self._no_offsets_topic,
+        )  # fmt: skip
         # The parts the handlers call: this fake plays the replica manager and the admin.
         self.replica_manager = self
         self.admin = self
@@ -219,6 +227,13 @@ class FakeRuntime:
             log.close()
 
 
+class _NoBrokers:
+    """No other broker to send to."""
+
+    async def send(self, target: int, api_key: int, version: int, **body: Any) -> Any:
+        raise ConnectionError("a fake broker has no other brokers")
+
+
 class BrokerThread:
     """The protocol layer on its own event loop in a thread (clients here block)."""
 
@@ -228,7 +243,7 @@ class BrokerThread:
         self.thread.start()
         self.runtime = FakeRuntime(root)
         rt = self.runtime  # the replica manager and the admin facade, both faked
-        self.apis = KafkaApis(BROKER_ID, CLUSTER_ID, rt, rt.groups, rt)  # type: ignore[arg-type]
+        self.apis = KafkaApis(BROKER_ID, CLUSTER_ID, rt, rt.groups, rt, txn=rt.txn)  # type: ignore[arg-type]
         self.server = KafkaServer(self.apis.handle, "127.0.0.1", 0, **server_options)
         self.host, self.port = self.call(self.server.start())
         self.runtime.set_endpoint(self.host, self.port)

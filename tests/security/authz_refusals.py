@@ -17,7 +17,7 @@ from typing import Any
 
 from common.api_keys import ApiKey
 from common.errors import Errors
-from tests.harness.raw_protocol import RawClient, batch, produce, request
+from tests.harness.raw_protocol import RawClient, batch, encode_request, produce, request
 
 NOT_REQUESTED = -(2**31)  # Kafka's "authorized operations not requested"
 TOPIC_DENIED = Errors.TOPIC_AUTHORIZATION_FAILED
@@ -584,6 +584,64 @@ REFUSALS.update(
 )
 
 
+# -- transactions (issue 15) ---------------------------------------------------------------------
+
+_TXN = {"producer_id": 1000, "producer_epoch": 0}
+
+
+def _add_partitions_to_txn(c: RawClient, v: int, t: Target) -> None:
+    if v < 4:  # a client: WRITE on the transactional id first
+        resp = call(c, 24, v, {
+            "v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": 1000,
+            "v3_and_below_producer_epoch": 0,
+            "v3_and_below_topics": [{"name": t.topic, "partitions": [0, 1]}],
+        })  # fmt: skip
+        found = [p.partition_error_code for r in resp.results_by_topic_v3_and_below
+                 for p in r.results_by_partition]  # fmt: skip
+        assert found == [TXN_DENIED, TXN_DENIED]
+        return
+    # v4 is the brokers' form (KIP-890 verification): CLUSTER_ACTION
+    resp = call(c, 24, v, {"transactions": [{
+        "transactional_id": "tx", **_TXN, "verify_only": True,
+        "topics": [{"name": t.topic, "partitions": [0]}],
+    }]})  # fmt: skip
+    assert resp.error_code == CLUSTER_DENIED and resp.results_by_transaction == ()
+
+
+def _add_offsets_to_txn(c: RawClient, v: int, t: Target) -> None:
+    resp = call(c, 25, v, {"transactional_id": "tx", **_TXN, "group_id": t.group})
+    assert resp.error_code == TXN_DENIED
+
+
+def _end_txn(c: RawClient, v: int, t: Target) -> None:
+    assert call(c, 26, v, {"transactional_id": "tx", **_TXN, "committed": True}).error_code == (
+        TXN_DENIED
+    )
+
+
+def _describe_transactions(c: RawClient, v: int, t: Target) -> None:
+    # Read by hand: the refused rows carry Kafka's "no start time", -1, which kio's
+    # reader refuses. Each row: error code, then the id as a compact string.
+    c.send(encode_request(65, v, request(65, v, {"transactional_ids": ["tx", "ty"]}), 1))
+    frame = c.recv_frame()
+    denied = TXN_DENIED.to_bytes(2, "big")
+    assert denied + b"\x03tx" in frame and denied + b"\x03ty" in frame
+
+
+def _list_transactions(c: RawClient, v: int, t: Target) -> None:
+    resp = call(c, 66, v, {"state_filters": [], "producer_id_filters": [], "duration_filter": -1})
+    assert resp.error_code == Errors.NONE and resp.transaction_states == ()
+
+
+REFUSALS.update(
+    {
+        ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn,
+        ApiKey.ADD_OFFSETS_TO_TXN: _add_offsets_to_txn,
+        ApiKey.END_TXN: _end_txn,
+        ApiKey.DESCRIBE_TRANSACTIONS: _describe_transactions,
+        ApiKey.LIST_TRANSACTIONS: _list_transactions,
+    }
+)
 # -- transactions --------------------------------------------------------------------------
 
 

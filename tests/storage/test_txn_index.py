@@ -106,7 +106,7 @@ def test_rename_and_delete_follow_the_file_or_its_absence(tmp_path: Path) -> Non
     idx.delete()  # twice is fine
 
 
-def test_torn_file_fails_sanity_check_and_is_repaired_by_truncation(tmp_path: Path) -> None:
+def test_torn_file_fails_sanity_check_until_truncated_below_it(tmp_path: Path) -> None:
     good = AbortedTxn(1, 0, 4, 0)
     path = tmp_path / f"{0:020d}.txnindex"
     path.write_bytes(good.to_bytes() + AbortedTxn(2, 5, 9, 5).to_bytes()[:20])
@@ -114,9 +114,12 @@ def test_torn_file_fails_sanity_check_and_is_repaired_by_truncation(tmp_path: Pa
     assert idx.all_entries() == [good]  # the whole entries are still readable
     with pytest.raises(CorruptIndexError, match="not a whole number"):
         idx.sanity_check()
-    idx.truncate_to(100)  # nothing to drop, but the torn tail goes
+    idx.truncate_to(100)  # nothing to drop: the damage stays visible
+    with pytest.raises(CorruptIndexError):
+        idx.sanity_check()
+    idx.truncate_to(4)  # dropping the entry before the torn one cuts both
     idx.sanity_check()
-    assert path.stat().st_size == ENTRY_SIZE
+    assert path.stat().st_size == 0 and idx.all_entries() == []
 
 
 def test_append_after_a_torn_tail_does_not_misalign_entries(tmp_path: Path) -> None:
