@@ -142,6 +142,7 @@ def test_consume_transform_produce_commits_offsets_only_with_its_transaction(
         # An aborted transaction's offsets never become the group's.
         producer.begin_transaction()
         producer.produce(dst, value=b"aborted", partition=0)
+        assert producer.flush(30) == 0  # in the log before the marker (abort would purge it)
         moved = [TopicPartition(src, p, 1) for p in range(PARTITIONS)]
         producer.send_offsets_to_transaction(moved, consumer.consumer_group_metadata(), 30)
         producer.abort_transaction(30)
