@@ -100,3 +100,24 @@ def test_spark_read_with_isolation_level(spark: Any, txn_topic: Any) -> None:
 
     assert load("read_committed") == sorted(committed)
     assert load("read_uncommitted") == sorted(committed + aborted + [b"open"] * PARTITIONS)
+
+
+def test_the_stream_reader_stops_at_the_last_stable_offset(txn_topic: Any) -> None:
+    """Each micro-batch's end under read_committed is the LSO: the open transaction's
+    first offset, one below the high watermark (its record is each partition's last)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark_jobs.options import parse_options
+    from spark_jobs.stream import KraftStreamReader
+
+    c, _, _ = txn_topic
+
+    def latest(level: str) -> dict[str, int]:
+        opts = {"kafka.bootstrap.servers": c.bootstrap, "subscribe": TOPIC,
+                "startingOffsets": "earliest", "kafka.isolation.level": level}  # fmt: skip
+        reader = KraftStreamReader(parse_options(opts, streaming=True))
+        start = reader.initialOffset()
+        return reader.latestOffset(start, ReadAllAvailable())[TOPIC]
+
+    stable, high = latest("read_committed"), latest("read_uncommitted")
+    assert {p: high[p] - 1 for p in high} == stable
