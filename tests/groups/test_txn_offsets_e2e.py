@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from tests.harness.cli import kraft, ok
 from tests.harness.cluster_procs import ProcCluster, wait_for
+from tests.harness.raw_protocol import RawClient, decode_response, encode_request, request
 
 PARTITIONS = 3
 BROKER_PROPS = {
@@ -197,3 +199,45 @@ def test_kraft_consume_isolation_and_transactions_abort(cluster: ProcCluster) ->
     ok(kraft("transactions", "--bootstrap-server", b, "abort", "--topic", topic,
              "--partition", "0", "--start-offset", "0"))  # fmt: skip
     assert consume("read_committed") == ["after"]
+
+
+def test_offsets_of_an_open_transaction_are_unstable_until_it_commits(
+    cluster: ProcCluster,
+) -> None:
+    """Between send_offsets_to_transaction and the commit, OffsetFetch (raw, v8) shows
+    no offset, and with require_stable answers UNSTABLE_OFFSET_COMMIT (88) for those
+    partitions; after the commit marker they are the group's."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    src, group = "unstable-in", "unstable-group"
+    create_topic(cluster, src)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "unst-1"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    offsets = [TopicPartition(src, p, 5 + p) for p in range(PARTITIONS)]
+    producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+
+    def fetch(stable: bool) -> dict[int, tuple[int, int]]:
+        from broker.group.config import partition_for
+
+        coordinator = cluster.partitions("__consumer_offsets")
+        assert coordinator is not None
+        leader = coordinator[partition_for(group, 3)]["leader"]
+        b = cluster.broker(leader)
+        wanted = [{"name": src, "partition_indexes": list(range(PARTITIONS))}]
+        body = {"groups": [{"group_id": group, "topics": wanted}], "require_stable": stable}
+        with closing(RawClient(b.host, b.port)) as client:
+            client.send(encode_request(9, 8, request(9, 8, body)))
+            resp = decode_response(9, 8, client.recv_frame())[1]
+        [t] = resp.groups[0].topics
+        return {p.partition_index: (p.committed_offset, p.error_code) for p in t.partitions}
+
+    try:
+        assert fetch(False) == dict.fromkeys(range(PARTITIONS), (-1, 0))
+        assert fetch(True) == dict.fromkeys(range(PARTITIONS), (-1, 88))
+        producer.commit_transaction(30)
+        want = {p: (5 + p, 0) for p in range(PARTITIONS)}
+        wait_for(lambda: fetch(True) == want or None, 30, "the committed offsets", cluster.logs)
+    finally:
+        consumer.close()
