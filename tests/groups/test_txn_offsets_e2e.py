@@ -110,7 +110,7 @@ def test_consume_transform_produce_commits_offsets_only_with_its_transaction(
     """Several committed transactions, each sending the consumer's positions (all three
     partitions at once), then one aborted: the group's offsets are those of the last
     committed transaction, and the output holds every input record once."""
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
     src, dst, group = "ctp-in", "ctp-out", "ctp-group"
     create_topic(cluster, src)
@@ -151,6 +151,29 @@ def test_consume_transform_produce_commits_offsets_only_with_its_transaction(
         assert committed(cluster, group, src) == dict.fromkeys(range(PARTITIONS), n // 3)
     finally:
         consumer.close()
+    # The group's coordinator is SIGKILLed: the next one loads the offsets from the log
+    # (every transaction's batch, its markers), and restarts.
+    from broker.group.config import partition_for
+
+    parts = cluster.partitions("__consumer_offsets")
+    assert parts is not None
+    victim = parts[partition_for(group, 3)]["leader"]
+    state = cluster.cluster_state()
+    assert state is not None
+    cluster.kill_broker(victim)
+    try:
+        want = dict.fromkeys(range(PARTITIONS), n // 3)
+
+        def moved() -> bool | None:
+            try:
+                return committed(cluster, group, src) == want or None
+            except KafkaException:  # the coordinator is moving: ask again
+                return None
+
+        wait_for(moved, 60, "the offsets on the new coordinator", cluster.logs)
+    finally:
+        cluster.restart_broker(victim)
+        cluster.wait_brokers_unfenced({victim}, int(state["metadata_offset"]), 60)
     out = read_all(cluster, dst, "read_committed", n)
     assert sorted(out) == sorted(f"in-{i}".encode() for i in range(n))
     assert b"aborted" in read_all(cluster, dst, "read_uncommitted", n + 1)
