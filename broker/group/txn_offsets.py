@@ -82,7 +82,11 @@ class TxnOffsetsMixin(Generic[T]):
         # prepareTxnOffsetCommit: pending (not yet appended) from now on, so a
         # require_stable OffsetFetch already waits for it.
         staged = {tp: PendingTxnOffset(v) for tp, v in values.items()}
-        g.pending_txn.setdefault(pid, {}).update(staged)
+        mine = g.pending_txn.setdefault(pid, {})
+        # What this producer's transaction already holds there: its record is in the log,
+        # so it is what commits if this append fails (Kafka would forget it).
+        earlier = {tp: mine[tp] for tp in staged if tp in mine}
+        mine.update(staged)
 
         def stored(code: int, _now: int, base_offset: int) -> list[Out[T]]:
             mine = g.pending_txn.get(pid, {})
@@ -91,6 +95,8 @@ class TxnOffsetsMixin(Generic[T]):
                     continue  # replaced by a later commit, or its marker came first
                 if code == Errors.NONE:
                     entry.position = base_offset  # onTxnOffsetCommitAppend
+                elif tp in earlier:
+                    mine[tp] = earlier[tp]
                 else:
                     del mine[tp]  # failPendingTxnOffsetCommit
             if not mine:
