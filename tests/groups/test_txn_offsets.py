@@ -332,7 +332,7 @@ class TxnOffsetsModel(RuleBasedStateMachine):
     and completed late or failed; markers only for a producer with no append in flight
     (its client waits for TxnOffsetCommit's answer before EndTxn); the coordinator
     moves. After every step the core's committed offsets equal the log's reading, and
-    its unstable partitions include the log's open transactions."""
+    its unstable partitions are the log's open transactions' and those being appended."""
 
     @initialize()
     def start(self) -> None:
@@ -377,7 +377,12 @@ class TxnOffsetsModel(RuleBasedStateMachine):
     def agrees_with_the_log(self) -> None:
         offsets, open_tps = log_view(self.h.log[P])
         assert committed(self.h) == offsets
-        assert open_tps <= self.h.core.unstable_partitions(G, None)
+        in_flight = set()
+        for a in self.h.held:
+            if a.producer_id >= 0:
+                keys = [decode_key(k) for k, _ in a.records]
+                in_flight |= {(k.topic, k.partition) for k in keys if isinstance(k, OffsetKey)}
+        assert self.h.core.unstable_partitions(G, None) == open_tps | in_flight
 
 
 TestTxnOffsetsModel = TxnOffsetsModel.TestCase
