@@ -24,6 +24,8 @@ T = TypeVar("T")
 class PendingTxnOffset:
     value: OffsetValue
     position: int | None = None  # batch offset once appended; None while in flight
+    failed: bool = False  # its append failed: nothing of it is in the log
+    previous: PendingTxnOffset | None = None  # the transaction's entry before, while in flight
 
 
 class GroupState(enum.Enum):

@@ -191,8 +191,17 @@ class GroupCoordinator:
         """ReplicaManager.marker_listeners: a marker was appended on a partition we lead;
         for __consumer_offsets, the producer's pending transactional offsets of the
         groups there become committed (or are dropped on abort)."""
-        if topic == OFFSETS_TOPIC:
-            self._process(self.core.on_txn_marker(partition, producer_id, committed))
+        if topic != OFFSETS_TOPIC:
+            return
+        if partition in self._loads:
+            # Loading reads the log to where it ended when it started: read it again, so
+            # the marker (in the log by now) is seen whatever the timing.
+            self._cancel_load(partition)
+            self._loads[partition] = asyncio.create_task(
+                self._load(partition), name=f"group-load-{partition}"
+            )
+            return
+        self._process(self.core.on_txn_marker(partition, producer_id, committed))
 
     # -- timers --------------------------------------------------------------------------------
 

@@ -81,16 +81,29 @@ class TxnOffsetsMixin(Generic[T]):
         pid = req.producer_id
         # prepareTxnOffsetCommit: pending (not yet appended) from now on, so a
         # require_stable OffsetFetch already waits for it.
-        staged = {tp: PendingTxnOffset(v) for tp, v in values.items()}
-        g.pending_txn.setdefault(pid, {}).update(staged)
+        mine = g.pending_txn.setdefault(pid, {})
+        # Each keeps what the transaction held there before: if this append fails, the
+        # newest earlier one whose record is in the log is what commits (Kafka's
+        # failPendingTxnOffsetCommit would forget it).
+        staged = {tp: PendingTxnOffset(v, previous=mine.get(tp)) for tp, v in values.items()}
+        mine.update(staged)
 
         def stored(code: int, _now: int, base_offset: int) -> list[Out[T]]:
             mine = g.pending_txn.get(pid, {})
             for tp, entry in staged.items():
+                if code == Errors.NONE:
+                    # onTxnOffsetCommitAppend (also when replaced meanwhile: a failure of
+                    # the later append brings this one back)
+                    entry.position, entry.previous = base_offset, None
+                    continue
+                entry.failed = True
                 if mine.get(tp) is not entry:
                     continue  # replaced by a later commit, or its marker came first
-                if code == Errors.NONE:
-                    entry.position = base_offset  # onTxnOffsetCommitAppend
+                back = entry.previous
+                while back is not None and back.failed:
+                    back = back.previous
+                if back is not None:
+                    mine[tp] = back
                 else:
                     del mine[tp]  # failPendingTxnOffsetCommit
             if not mine:

@@ -7,11 +7,23 @@ import asyncio
 import struct
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from broker.group import messages as m
 from broker.group.config import GroupConfig, partition_for
 from broker.group.manager import GroupCoordinator
-from broker.group.records import OffsetKey, OffsetValue, encode_key, encode_offset_value
+from broker.group.records import (
+    OffsetKey,
+    OffsetValue,
+    decode_key,
+    decode_offset_value,
+    encode_key,
+    encode_offset_value,
+)
 from common.errors import Errors
 from storage.log import Log
 from storage.records import Record, build_batch
@@ -239,3 +251,142 @@ def test_the_shell_loads_markers_from_the_log(tmp_path: Path) -> None:
     _, found = gc.core.fetch_offsets(G, None)
     assert {tp: v.offset for tp, v in found.items() if v} == {T0: 10, T1: 30}
     lg.close()
+
+
+def test_a_marker_written_while_the_partition_loads_is_not_lost(tmp_path: Path) -> None:
+    """The load reads the log to where it ended when it began; a marker appended after
+    that restarts it, so the commit is seen."""
+    lg = Log(tmp_path / f"__consumer_offsets-{P}")
+    k, v = _offset(G, T0, 10)
+    lg.append_as_leader(
+        build_batch(
+            [Record(value=v, key=k)],
+            producer_id=7,
+            producer_epoch=0,
+            is_transactional=True,
+            now_ms=0,
+        ),  # fmt: skip
+        0,
+    )
+    hosted = SimpleNamespace(core=SimpleNamespace(is_leader=True, leader_epoch=0), log=lg)
+    replicas = SimpleNamespace(partition=lambda topic, p: hosted)
+
+    async def no_topic() -> None:
+        return None
+
+    async def run() -> GroupCoordinator:
+        gc = GroupCoordinator(GroupConfig(num_partitions=4), replicas, no_topic)  # type: ignore[arg-type]
+        gc.core.begin_load(P)
+        gc._loads[P] = asyncio.create_task(gc._load(P))
+        await asyncio.sleep(0)  # the load has started (and captured the log end)
+        lg.append_as_leader(_marker(7, commit=True), 0)
+        gc.on_txn_marker("__consumer_offsets", P, 7, True)
+        while P in gc._loads:
+            await gc._loads[P]
+        return gc
+
+    gc = asyncio.run(run())
+    _, found = gc.core.fetch_offsets(G, None)
+    assert {tp: v.offset for tp, v in found.items() if v} == {T0: 10}
+    lg.close()
+
+
+# -- a Hypothesis model: transactional and plain commits, markers, moves ------------------
+
+
+def log_view(log: list[Any]) -> tuple[dict[tuple[str, int], int], set[tuple[str, int]]]:
+    """What the log says, read the way Kafka's consumer of __consumer_offsets does: the
+    committed offsets (the newest record in log order among plain ones and those whose
+    producer's commit marker follows) and the partitions with an open transaction."""
+    offsets: dict[tuple[str, int], tuple[int, int]] = {}
+    pending: dict[int, dict[tuple[str, int], tuple[int, int]]] = {}
+    for pos, item in enumerate(log):
+        if isinstance(item, m.TxnMarker):
+            done = pending.pop(item.producer_id, {})
+            if item.committed:
+                for tp, (at, off) in done.items():
+                    if tp not in offsets or offsets[tp][0] < at:
+                        offsets[tp] = (at, off)
+            continue
+        key, value, pid = (
+            (item.key, item.value, item.producer_id)
+            if isinstance(item, m.LoadedRecord)
+            else (item[0], item[1], -1)
+        )
+        k = decode_key(key)
+        if not isinstance(k, OffsetKey) or value is None:
+            continue
+        tp = (k.topic, k.partition)
+        target = pending.setdefault(pid, {}) if pid >= 0 else offsets
+        target[tp] = (pos, decode_offset_value(value).offset)
+    open_tps = {tp for per in pending.values() for tp in per}
+    return {tp: off for tp, (_, off) in offsets.items()}, open_tps
+
+
+PRODUCERS = (7, 8, 9)
+TPS = [("t", p) for p in range(3)]
+
+
+class TxnOffsetsModel(RuleBasedStateMachine):
+    """Three transactional producers and a plain committer on one group; appends held
+    and completed late or failed; markers only for a producer with no append in flight
+    (its client waits for TxnOffsetCommit's answer before EndTxn); the coordinator
+    moves. After every step the core's committed offsets equal the log's reading, and
+    its unstable partitions are the log's open transactions' and those being appended."""
+
+    @initialize()
+    def start(self) -> None:
+        self.h = Harness()
+        self.h.hold = True
+        self.next_offset = 0
+
+    def _in_flight(self, pid: int) -> bool:
+        return any(a.producer_id == pid for a in self.h.held)
+
+    @rule(pid=st.sampled_from(PRODUCERS), tps=st.sets(st.sampled_from(TPS), min_size=1))
+    def txn_commit(self, pid: int, tps: set[tuple[str, int]]) -> None:
+        self.next_offset += 1
+        self.h.txn_commit(G, pid, dict.fromkeys(sorted(tps), self.next_offset))
+
+    @rule(tp=st.sampled_from(TPS))
+    def plain_commit(self, tp: tuple[str, int]) -> None:
+        self.next_offset += 1
+        self.h.commit(G, "", -1, {tp: self.next_offset})
+
+    @rule(ok=st.booleans(), n=st.integers(1, 3))
+    def complete(self, ok: bool, n: int) -> None:
+        for _ in range(n):
+            if self.h.held:
+                self.h.complete(
+                    self.h.held.pop(0), Errors.NONE if ok else Errors.NOT_ENOUGH_REPLICAS
+                )
+
+    @rule(pid=st.sampled_from(PRODUCERS), commit=st.booleans())
+    def marker(self, pid: int, commit: bool) -> None:
+        if not self._in_flight(pid):
+            self.h.marker(P, pid, commit)
+
+    @rule()
+    def move(self) -> None:
+        held, self.h.held = self.h.held, []
+        for a in held:
+            self.h.complete(a, Errors.NOT_LEADER_OR_FOLLOWER)
+        assert self.h.move(P) == 0
+
+    @invariant()
+    def agrees_with_the_log(self) -> None:
+        offsets, open_tps = log_view(self.h.log[P])
+        assert committed(self.h) == offsets
+        in_flight = set()
+        for a in self.h.held:
+            if a.producer_id >= 0:
+                keys = [decode_key(k) for k, _ in a.records]
+                in_flight |= {(k.topic, k.partition) for k in keys if isinstance(k, OffsetKey)}
+        assert self.h.core.unstable_partitions(G, None) == open_tps | in_flight
+
+
+TestTxnOffsetsModel = TxnOffsetsModel.TestCase
+TestTxnOffsetsModel.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)  # fmt: skip
