@@ -97,13 +97,6 @@ def read_all(c: ProcCluster, topic: str, isolation: str, expect: int) -> list[by
         consumer.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the second TxnOffsetCommit of a producer on an offsets partition fails "
-    "OUT_OF_ORDER_SEQUENCE_NUMBER: broker/producer_state.py checks the sequence of the "
-    "group coordinator's NO_SEQUENCE batches (Kafka skips it for AppendOrigin.COORDINATOR); "
-    "passes with that check skipped (epoch still checked)",
-)
 def test_consume_transform_produce_commits_offsets_only_with_its_transaction(
     cluster: ProcCluster,
 ) -> None:
