@@ -328,9 +328,10 @@ class LogMachine(LogInvariants, RuleBasedStateMachine):
                 assert total - first.size < self.config.retention_bytes
 
     def _segments_retention_deletes(self, hw: int) -> int:
-        """How many of the oldest segments Kafka's rules delete: retention.ms first (the
-        segment's newest record is older than the limit), then retention.bytes (while the
-        log stays at or over the limit without it); only segments wholly below the HW."""
+        """How many of the oldest segments Kafka's rules delete: those wholly below the log
+        start offset, then retention.ms (the segment's newest record is older than the
+        limit), then retention.bytes (while the log stays at or over the limit without it);
+        only segments wholly below the HW."""
         segs = self.log.segments
         sizes = [seg.size for seg in segs]
         nexts = [seg.base_offset for seg in segs[1:]] + [self.leo]
@@ -339,6 +340,10 @@ class LogMachine(LogInvariants, RuleBasedStateMachine):
             return i < len(segs) and sizes[i] > 0 and nexts[i] <= hw
 
         n = 0
+        # Kafka's deleteLogStartOffsetBreachedSegments first, whatever the limits: a crash
+        # can cut the log back to its start, leaving whole segments below it.
+        while deletable(n) and nexts[n] <= min(hw, self.lso):
+            n += 1
         if self.config.retention_ms >= 0:
             while deletable(n) and (
                 self.clock.now - segs[n].max_timestamp_so_far > self.config.retention_ms

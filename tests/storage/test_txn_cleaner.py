@@ -15,6 +15,7 @@ import pytest
 from storage.cleaner import CleanerStats, clean_log, plan_cleaning
 from storage.control_batch import ABORT, COMMIT, build_marker_batch, marker_of
 from storage.log import Log
+from storage.log_manager import LogManager
 from storage.record_batch import DELETE_HORIZON_MASK, iter_batches
 from storage.records import Record, build_batch, decode_batch
 from storage.txn_index import AbortedTxn
@@ -426,3 +427,29 @@ def test_a_crash_while_the_loader_completes_a_transactional_swap(tmp_path: Path)
             assert reopened.txn_indexes_ok(), (step, second)
             assert reopened.collect_aborted_txns(0, 1000) == aborts, (step, second)
             assert values(reopened) == values(reference.log), (step, second)
+
+
+def test_the_log_managers_cleaner_honours_the_log_hooks(tmp_path: Path) -> None:
+    """The broker's cleaner thread goes through LogManager.clean_compacted_logs, which
+    knows nothing of transactions: the partition layer's hooks on the Log bound it."""
+    manager = LogManager([tmp_path], compact_config(segment_bytes=1 << 20), clock=Clock())
+    log = manager.get_or_create_log("t", 0)
+    t = TxnLog.__new__(TxnLog)
+    t.clock, t.log, t.first, t.seq = Clock(), log, {}, {}
+    t.plain([(b"k", b"old")])  # 0
+    t.log.roll()
+    t.txn(30, [(b"k", b"open")])  # 1: open
+    t.txn(31, [(b"a", b"bad")])  # 2
+    t.end(31, commit=False)  # 3
+    t.log.roll()
+    t.plain([(b"k", b"newer")])  # 4
+    t.log.roll()
+    log.first_unstable_offset_fn = t.unstable
+    manager.clean_compacted_logs(now_ms=T0)
+    assert (0, b"k", b"old") in values(log)  # the open transaction bounds the pass
+    assert (2, b"a", b"bad") in values(log)  # above the bound: untouched
+    t.end(30, commit=False)  # 5
+    t.log.roll()
+    manager.clean_compacted_logs(now_ms=T0)
+    assert values(log) == [(4, b"k", b"newer")]
+    manager.shutdown()
