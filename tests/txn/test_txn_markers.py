@@ -75,6 +75,12 @@ def test_retries_what_failed_only() -> None:
     ]  # fmt: skip
 
 
+def test_an_answer_that_does_not_decode_is_retried() -> None:
+    s = Sender([ValueError("bad frame"), {}])
+    assert run(s, {("a", 0): 1, ("a", 1): 1, ("b", 0): 1}) == [True]
+    assert len(s.sent) == 2
+
+
 def test_no_leader_waits() -> None:
     leaders: dict[tuple[str, int], int | None] = {("a", 0): -1, ("a", 1): 1, ("b", 0): 1}
     s = Sender([{}])
