@@ -47,8 +47,11 @@ def run(sender: Sender, leaders: dict[tuple[str, int], int | None]) -> list[bool
         ch = MarkerChannel(sender, lambda t, p: leaders[(t, p)], lambda m, ok: done.append(ok),
                            sleep=sleep)  # fmt: skip
         ch.add(M)
-        while not done:
+        for _ in range(10_000):  # event loop turns, not time: the sleeps above are instant
+            if done:
+                return
             await asyncio.sleep(0)
+        raise AssertionError("the markers were never done")
 
     asyncio.run(main())
     assert sleeps == sorted(sleeps)  # the back-off only grows
