@@ -196,6 +196,9 @@ class TransactionCoordinator:
         except (OSError, TimeoutError, EOFError) as exc:
             log.info("verification by broker %d failed: %r", leader, exc)
             return Errors.NOT_ENOUGH_REPLICAS
+        except Exception:  # retriable for the producer, whatever went wrong here
+            log.exception("verification by broker %d failed", leader)
+            return Errors.NOT_ENOUGH_REPLICAS
         if resp.error_code != Errors.NONE:
             return _verify_code(int(resp.error_code))
         for r in resp.results_by_transaction:

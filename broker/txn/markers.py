@@ -69,6 +69,7 @@ class MarkerChannel:
         task.set_name(f"txn-markers-{m.transactional_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_report)
 
     async def shutdown(self) -> None:
         tasks = list(self._tasks)
@@ -113,9 +114,12 @@ class MarkerChannel:
             resp = await self._sender.send(
                 leader, ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, markers=(marker,)
             )
-        except (OSError, TimeoutError, EOFError, asyncio.IncompleteReadError) as exc:
+        except (OSError, TimeoutError, EOFError) as exc:
             log.info("WriteTxnMarkers to broker %d failed: %r", leader, exc)
             return dict.fromkeys(tps, Errors.NETWORK_EXCEPTION)
+        except Exception:  # an answer that does not decode, ...: retried, never dropped
+            log.exception("WriteTxnMarkers to broker %d failed", leader)
+            return dict.fromkeys(tps, Errors.UNKNOWN_SERVER_ERROR)
         out = dict.fromkeys(tps, Errors.UNKNOWN_SERVER_ERROR)
         for r in resp.markers:
             if r.producer_id != m.producer_id:
@@ -125,6 +129,12 @@ class MarkerChannel:
                     if (t.name, int(p.partition_index)) in out:
                         out[(t.name, int(p.partition_index))] = int(p.error_code)
         return out
+
+
+def _report(task: asyncio.Task[None]) -> None:
+    """A send that died leaves its transaction in Prepare*: say so loudly."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("%s failed", task.get_name(), exc_info=task.exception())
 
 
 def _marker_entity(m: SendMarkers, topics: dict[str, list[int]]) -> Any:

@@ -47,8 +47,11 @@ def run(sender: Sender, leaders: dict[tuple[str, int], int | None]) -> list[bool
         ch = MarkerChannel(sender, lambda t, p: leaders[(t, p)], lambda m, ok: done.append(ok),
                            sleep=sleep)  # fmt: skip
         ch.add(M)
-        while not done:
+        for _ in range(10_000):  # event loop turns, not time: the sleeps above are instant
+            if done:
+                return
             await asyncio.sleep(0)
+        raise AssertionError("the markers were never done")
 
     asyncio.run(main())
     assert sleeps == sorted(sleeps)  # the back-off only grows
@@ -73,6 +76,12 @@ def test_retries_what_failed_only() -> None:
     assert [[(x.name, tuple(x.partition_indexes)) for x in m.topics] for _, m in s.sent] == [
         [("a", (0, 1))], [("a", (1,))], [("a", (1,))],
     ]  # fmt: skip
+
+
+def test_an_answer_that_does_not_decode_is_retried() -> None:
+    s = Sender([ValueError("bad frame"), {}])
+    assert run(s, {("a", 0): 1, ("a", 1): 1, ("b", 0): 1}) == [True]
+    assert len(s.sent) == 2
 
 
 def test_no_leader_waits() -> None:
