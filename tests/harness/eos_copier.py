@@ -12,11 +12,18 @@ offsets, a fatal one (fenced) replaces the producer. Nothing here knows about fa
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any
 
 log = logging.getLogger("tests.eos_copier")
+
+
+def _debug() -> dict[str, str]:
+    """KRAFT_TEST_RDKAFKA_DEBUG=eos,protocol,... turns librdkafka's debug logs on."""
+    flags = os.environ.get("KRAFT_TEST_RDKAFKA_DEBUG")
+    return {"debug": flags} if flags else {}
 
 
 class EosCopier:
@@ -49,7 +56,7 @@ class EosCopier:
 
         p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": self.txn_id,
                       "linger.ms": 5, "transaction.timeout.ms": 60000,
-                      "message.timeout.ms": 60000})
+                      "message.timeout.ms": 60000, **_debug()})
         while True:  # the coordinator may be down or loading: retry until it answers
             try:
                 p.init_transactions(30)

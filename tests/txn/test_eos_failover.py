@@ -110,7 +110,11 @@ def wait_progress(c: ProcCluster, copier: EosCopier, at_least: int, what: str) -
             raise AssertionError(f"the copier failed: {copier.failure!r}")
         done = committed_offsets(c.bootstrap, "eos-in")
         return sum(max(0, o) for o in done.values()) >= at_least
-    wait_for(probe, 120, f"{at_least} records copied {what}", c.logs)
+    def logs() -> str:
+        return (f"copier: {copier.committed_txns} committed, {copier.aborted_txns} aborted, "
+                f"last errors {copier.errors[-8:]}\n{c.logs()}")
+
+    wait_for(probe, 120, f"{at_least} records copied {what}", logs)
 
 
 def test_copy_is_exactly_once_across_coordinator_leader_and_controller_kills(
