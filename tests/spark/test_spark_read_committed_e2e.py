@@ -85,23 +85,6 @@ def test_read_range_reads_exactly_the_committed_records(txn_topic: Any) -> None:
     )
 
 
-def test_spark_read_with_isolation_level(spark: Any, txn_topic: Any) -> None:
-    c, committed, aborted = txn_topic
-
-    def load(level: str) -> list[bytes]:
-        df = (
-            spark.read.format("kraft")
-            .option("kafka.bootstrap.servers", c.bootstrap)
-            .option("subscribe", TOPIC)
-            .option("kafka.isolation.level", level)
-            .load()
-        )
-        return sorted(bytes(v) for v in df.toArrow().column("value").to_pylist())
-
-    assert load("read_committed") == sorted(committed)
-    assert load("read_uncommitted") == sorted(committed + aborted + [b"open"] * PARTITIONS)
-
-
 def test_the_stream_reader_stops_at_the_last_stable_offset(txn_topic: Any) -> None:
     """Each micro-batch's end under read_committed is the LSO: the open transaction's
     first offset, one below the high watermark (its record is each partition's last)."""

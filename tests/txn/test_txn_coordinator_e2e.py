@@ -1,8 +1,11 @@
-"""Transactions end to end: confluent-kafka's transactional producer against a real
-cluster (1 controller, 3 brokers as processes, RF 3 topics): commit and abort, fencing by
-a second producer with the same transactional.id, and the coordinator aborting a
-transaction left open past its timeout. The coordinator's state is read back with raw
-FindCoordinator (key type 1) and DescribeTransactions / ListTransactions requests.
+"""The transaction coordinator end to end: confluent-kafka's transactional producer
+against a real cluster (1 controller, 3 brokers as processes, RF 3 topics): a timeout
+above transaction.max.timeout.ms, the coordinator's broker killed mid-transaction (the
+new coordinator loads it from __transaction_state and the producer commits there), and
+KIP-890 verification refusing a partition the transaction never added. The
+coordinator's state is read back with raw FindCoordinator (key type 1) and
+DescribeTransactions / ListTransactions requests. (Commit/abort with three clients,
+fencing and timeouts: tests/txn/test_txn_clients.py and test_txn_lifecycle.py.)
 
 What read_committed consumers see is decided by a committed "sentinel" transaction
 produced last: once a read_committed consumer reaches it, everything before it has been
@@ -148,78 +151,6 @@ def in_state(c: ProcCluster, tid: str, state: str) -> Any:
 # -- tests -----------------------------------------------------------------------------------
 
 
-def test_commit_and_abort(cluster: ProcCluster) -> None:
-    p = producer(cluster, "tx-commit-abort")
-    p.init_transactions(60)  # creates __transaction_state on first use
-    p.begin_transaction()
-    send(p, [b"committed-%d" % i for i in range(9)])
-    p.commit_transaction(30)
-    p.begin_transaction()
-    send(p, [b"aborted-%d" % i for i in range(6)])
-    p.abort_transaction(30)
-    # EndTxn answers once PrepareAbort is written; the markers and CompleteAbort follow
-    d = wait_for(lambda: in_state(cluster, "tx-commit-abort", "CompleteAbort"), 30, "abort")
-    assert (d.error_code, d.producer_epoch) == (0, 0)
-    assert d.topics == ()
-    sentinel = commit_sentinel(cluster, "a")
-    committed = read_until_sentinel(cluster, "read_committed", sentinel)
-    assert sorted(committed) == sorted(b"committed-%d" % i for i in range(9))
-    everything = read_until_sentinel(cluster, "read_uncommitted", sentinel)
-    assert len(everything) == 15
-    asked = {"state_filters": ["CompleteAbort"], "producer_id_filters": [], "duration_filter": -1}
-    listed = raw(cluster, 66, 1, asked, coordinator_of(cluster, "tx-commit-abort"))
-    assert "tx-commit-abort" in [s.transactional_id for s in listed.transaction_states]
-
-
-def test_second_producer_fences_the_first(cluster: ProcCluster) -> None:
-    from confluent_kafka import KafkaError, KafkaException
-
-    first = producer(cluster, "tx-fence")
-    first.init_transactions(60)
-    first.begin_transaction()
-    send(first, [b"zombie-%d" % i for i in range(3)])
-    second = producer(cluster, "tx-fence")
-    second.init_transactions(60)  # aborts the first's transaction, bumps the epoch
-    with pytest.raises(KafkaException) as err:
-        first.commit_transaction(30)
-    e = err.value.args[0]
-    assert e.fatal() and e.code() in (
-        KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
-    ), e  # fmt: skip
-    second.begin_transaction()
-    send(second, [b"survivor-%d" % i for i in range(3)])
-    second.commit_transaction(30)
-    d = wait_for(lambda: in_state(cluster, "tx-fence", "CompleteCommit"), 30, "commit")
-    # 0: the first's; 1: the fencing abort of its transaction; 2: the second's own bump
-    assert d.producer_epoch == 2
-    sentinel = commit_sentinel(cluster, "b")
-    seen = read_until_sentinel(cluster, "read_committed", sentinel)
-    assert not [v for v in seen if v.startswith(b"zombie")]
-    assert sorted(v for v in seen if v.startswith(b"survivor")) == [
-        b"survivor-%d" % i for i in range(3)
-    ]
-
-
-def test_transaction_past_its_timeout_is_aborted(cluster: ProcCluster) -> None:
-    from confluent_kafka import KafkaException
-
-    p = producer(cluster, "tx-timeout", **{"transaction.timeout.ms": 2000})
-    p.init_transactions(60)
-    p.begin_transaction()
-    send(p, [b"late-%d" % i for i in range(3)])
-
-    d = wait_for(
-        lambda: in_state(cluster, "tx-timeout", "CompleteAbort"), 30, "the timeout abort",
-        cluster.logs,
-    )  # fmt: skip
-    assert d.producer_epoch == 1  # the abort bumped the epoch: the producer is fenced
-    with pytest.raises(KafkaException):
-        p.commit_transaction(30)
-    sentinel = commit_sentinel(cluster, "c")
-    seen = read_until_sentinel(cluster, "read_committed", sentinel)
-    assert not [v for v in seen if v.startswith(b"late")]
-
-
 def test_invalid_transaction_timeout(cluster: ProcCluster) -> None:
     tid = "tx-too-long"
     node = coordinator_of(cluster, tid)
@@ -312,35 +243,3 @@ def test_kip890_verification_refuses_a_partition_not_added(cluster: ProcCluster)
     end = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
            "committed": False}  # fmt: skip
     assert raw(cluster, 26, 3, end, node).error_code == Errors.NONE
-
-
-def test_aiokafka_commits_and_aborts(cluster: ProcCluster) -> None:
-    """aiokafka's transactional producer speaks the older versions (InitProducerId v1,
-    AddPartitionsToTxn v0, EndTxn v0): one committed, one aborted transaction."""
-    import asyncio
-
-    from aiokafka import AIOKafkaProducer
-
-    async def main() -> None:
-        live = ",".join(f"{b.host}:{b.port}" for b in cluster.brokers if b.running)
-        p = AIOKafkaProducer(bootstrap_servers=live, transactional_id="tx-aiokafka")
-        await p.start()
-        try:
-            async with p.transaction():
-                for i in range(4):
-                    await p.send_and_wait(TOPIC, b"aio-committed-%d" % i, partition=i % PARTITIONS)
-            await p.begin_transaction()
-            for i in range(4):
-                await p.send_and_wait(TOPIC, b"aio-aborted-%d" % i, partition=i % PARTITIONS)
-            await p.abort_transaction()
-        finally:
-            await p.stop()
-
-    asyncio.run(main())
-    sentinel = commit_sentinel(cluster, "e")
-    seen = read_until_sentinel(cluster, "read_committed", sentinel)
-    assert sorted(v for v in seen if v.startswith(b"aio-")) == [
-        b"aio-committed-%d" % i for i in range(4)
-    ]
-    everything = read_until_sentinel(cluster, "read_uncommitted", sentinel)
-    assert len([v for v in everything if v.startswith(b"aio-")]) == 8
