@@ -1,15 +1,15 @@
-"""The transaction coordinator's asyncio shell (as `broker/group/manager.py` for groups):
-moves requests, time, appends, marker acknowledgements and leadership changes into the
-sans-I/O core (`coordinator.py`) and carries its intents out.
+"""The transaction coordinator's asyncio shell: moves requests, time, appends, marker
+acknowledgements and leadership changes into the sans-I/O core (`coordinator.py`) and
+carries its intents out.
 
-- A request becomes a future handed to the core as its token.
-- `Append` intents are produced to `__transaction_state` with acks=all through the
-  replica manager, in the order the core asked.
+What it shares with the group coordinator's shell (tokens, tasks, the timer, the
+load-on-leadership publisher, the chunked read of a partition, appends) is
+`broker/coordinator_shell.py`; here is what is the transaction coordinator's own:
+
+- `Append` intents are produced to `__transaction_state`, in the order the core asked.
 - `SendMarkers` intents go to the marker channel (`markers.py`).
-- One timer task runs `tick` at the core's next deadline.
-- A metadata publisher, after the replica manager: each `__transaction_state`
-  partition we now lead (or lead in a new epoch, the coordinator epoch) is loaded from
-  the log; each we stopped leading is dropped.
+- A partition's load begins at its leader epoch, the coordinator epoch; it keeps the
+  log's records (the topic holds no control batches).
 - New producer ids come from the controller's blocks (`allocate`, Admin's); one is
   kept at hand so the core can take it synchronously (`ensure_producer_id`).
 - `verify` is the KIP-890 verifier the produce path calls (ReplicaManager.verifier).
@@ -18,7 +18,6 @@ sans-I/O core (`coordinator.py`) and carries its intents out.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -29,9 +28,8 @@ from kio.schema.add_partitions_to_txn.v4.request import (
 )
 from kio.static.primitive import i16, i32, i64
 
-from broker.group.manager import Replicas
-from broker.group.messages import Append, Reply
-from broker.metadata_publisher import LoaderManifest
+from broker.coordinator_shell import CoordinatorShell, Replicas
+from broker.group.messages import Append
 from broker.txn.coordinator import TransactionCoordinatorCore
 from broker.txn.markers import MarkerChannel, Sender
 from broker.txn.messages import Out, SendMarkers, TxnConfig
@@ -39,19 +37,16 @@ from common.api_keys import ApiKey
 from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import Errors
 from common.topics import TRANSACTION_STATE_TOPIC_NAME as TXN_TOPIC
-from metadata_log.delta import MetadataDelta
 from metadata_log.image import MetadataImage
-from storage.log_types import OffsetOutOfRangeError
-from storage.record_batch import iter_batches, validate_records
+from storage.record_batch import RecordBatchView
 from storage.records import Record, build_batch, decode_batch
 
 log = logging.getLogger("broker.txn")
 
-_LOAD_CHUNK = 1 << 20
 Token = asyncio.Future[Any]
 
 
-class TransactionCoordinator:
+class TransactionCoordinator(CoordinatorShell):
     def __init__(
         self,
         broker_id: int,
@@ -66,25 +61,25 @@ class TransactionCoordinator:
         *,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        super().__init__(
+            topic=TXN_TOPIC,
+            name="txn",
+            what="transaction coordinator",
+            log=log,
+            replicas=replicas,
+            create_topic=create_txn_topic,
+            append_timeout_ms=append_timeout_ms,
+            clock=clock,
+        )
         self.broker_id = broker_id
         self._spare_pid: int | None = None
         self.core: TransactionCoordinatorCore[Token] = TransactionCoordinatorCore(
             config, self._take_pid, offsets_partition_for
         )
-        self._clock = clock
-        self._replicas = replicas
         self._image = image
         self._sender = sender
         self._allocate = allocate
-        self._create_txn_topic = create_txn_topic
-        self._append_timeout_ms = append_timeout_ms
         self.markers = MarkerChannel(sender, self._leader_of, self._markers_done)
-        self._led: dict[int, int] = {}
-        self._loads: dict[int, asyncio.Task[None]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._wake = asyncio.Event()
-        self._timer: asyncio.Task[None] | None = None
-        self._creating: asyncio.Task[None] | None = None
         self._pid_lock = asyncio.Lock()
 
     # -- producer ids --------------------------------------------------------------------------
@@ -106,48 +101,21 @@ class TransactionCoordinator:
     def now_ms(self) -> int:
         return self._clock.wall_ms()
 
-    async def call(self, op: Callable[[Token, int], list[Out[Token]]]) -> Any:
-        fut: Token = asyncio.get_running_loop().create_future()
-        self._process(op(fut, self._clock.wall_ms()))
-        return await fut
-
     def ensure_txn_topic(self) -> None:
         """Create __transaction_state on first use (FindCoordinator), once at a time."""
-        if self._creating is None or self._creating.done():
-            self._creating = self._spawn(self._create_txn_topic(), "create-txn-topic")
+        self._ensure_topic()
 
-    def _spawn(self, coro: Awaitable[None], name: str) -> asyncio.Task[None]:
-        task = asyncio.ensure_future(coro)
-        task.set_name(name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def _process(self, outs: list[Out[Token]]) -> None:
-        for o in outs:
-            if isinstance(o, Reply):
-                if not o.token.done():
-                    o.token.set_result(o.result)
-            elif isinstance(o, SendMarkers):
-                self.markers.add(o)
-            else:
-                self._spawn(self._write(o), "txn-append")
-        self._wake.set()
+    def _carry_out(self, out: Append | SendMarkers) -> None:
+        if isinstance(out, SendMarkers):
+            self.markers.add(out)
+        else:
+            self._spawn(self._write(out), "txn-append")
 
     async def _write(self, a: Append) -> None:
         batch = build_batch(
             [Record(value=v, key=k) for k, v in a.records], now_ms=self._clock.wall_ms()
         )
-        try:
-            result = await self._replicas.produce(
-                TXN_TOPIC, a.partition, validate_records(batch), -1, self._append_timeout_ms
-            )
-            code = result.error_code
-        except Exception:
-            log.exception("append to %s-%d failed", TXN_TOPIC, a.partition)
-            code = Errors.UNKNOWN_SERVER_ERROR
-        if code != Errors.NONE:
-            log.info("append to %s-%d failed: error %d", TXN_TOPIC, a.partition, code)
+        code, _ = await self._append(a.partition, batch)
         self._process(self.core.on_append_done(a.write_id, code, self._clock.wall_ms()))
 
     # -- markers -------------------------------------------------------------------------------
@@ -208,92 +176,26 @@ class TransactionCoordinator:
                         return _verify_code(int(pr.partition_error_code))
         return Errors.UNKNOWN_SERVER_ERROR
 
-    # -- timers --------------------------------------------------------------------------------
+    # -- shutdown and leadership -------------------------------------------------------------
 
-    def start(self) -> None:
-        self._timer = asyncio.create_task(self._run_timer(), name="txn-timer")
-
-    async def _run_timer(self) -> None:
-        while True:
-            deadline = self.core.next_deadline_ms()
-            now = self._clock.wall_ms()
-            wait = 1.0 if deadline is None else max(0.0, (deadline - now) / 1000)
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(wait, 60.0)):
-                    await self._wake.wait()
-            try:
-                self._process(self.core.tick(self._clock.wall_ms()))
-            except Exception:
-                log.exception("transaction coordinator tick failed")
-
-    async def shutdown(self) -> None:
-        tasks = [t for t in (self._timer, *self._loads.values(), *self._tasks) if t is not None]
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        self._timer = None
+    async def _stop(self) -> None:
         await self.markers.shutdown()
-        for p in list(self._led):
-            self._process(self.core.unload(p))
-        self._led.clear()
 
-    # -- leadership ----------------------------------------------------------------------------
-
-    async def on_metadata_update(
-        self, delta: MetadataDelta, image: MetadataImage, manifest: LoaderManifest
-    ) -> None:
-        topic = image.topic_by_name(TXN_TOPIC)
-        if topic is not None:
-            self.core.num_partitions = len(topic.partitions)
-        partitions = set(topic.partitions) if topic is not None else set()
-        for p in sorted(partitions | set(self._led)):
-            h = self._replicas.partition(TXN_TOPIC, p)
-            leading = h is not None and h.core.is_leader and p in partitions
-            epoch = h.core.leader_epoch if leading and h is not None else None
-            if epoch is not None and self._led.get(p) != epoch:
-                self._led[p] = epoch
-                self._cancel_load(p)
-                self._process(self.core.begin_load(p, epoch))
-                self._loads[p] = asyncio.create_task(self._load(p), name=f"txn-load-{p}")
-            elif epoch is None and p in self._led:
-                del self._led[p]
-                self._cancel_load(p)
-                self._process(self.core.unload(p))
-                log.info("no longer coordinating %s-%d", TXN_TOPIC, p)
-
-    def _cancel_load(self, p: int) -> None:
-        task = self._loads.pop(p, None)
-        if task is not None:
-            task.cancel()
+    def _begin_load(self, p: int, epoch: int) -> list[Out[Token]]:
+        return self.core.begin_load(p, epoch)
 
     async def _load(self, p: int) -> None:
         h = self._replicas.partition(TXN_TOPIC, p)
         if h is None:
             return
         records: list[tuple[bytes | None, bytes | None]] = []
-        lg = h.log
-        offset, end = lg.log_start_offset, lg.log_end_offset
-        try:
-            while offset < end:
-                data = lg.read(offset, _LOAD_CHUNK)
-                raw = data.records.read() if hasattr(data.records, "read") else data.records
-                if not raw:
-                    break
-                moved = False
-                for view in iter_batches(memoryview(bytes(raw))):
-                    if view.next_offset <= offset or view.is_control:
-                        continue
-                    for r in decode_batch(view).records:
-                        records.append((r.key, r.value))
-                    offset, moved = view.next_offset, True
-                if not moved:
-                    break
-                await asyncio.sleep(0)
-        except (OffsetOutOfRangeError, ValueError, OSError) as exc:
-            log.warning("loading %s-%d stopped at offset %d: %r", TXN_TOPIC, p, offset, exc)
+
+        def visit(view: RecordBatchView) -> None:
+            if not view.is_control:
+                for r in decode_batch(view).records:
+                    records.append((r.key, r.value))
+
+        await self._read_log(p, h.log, visit)
         self._loads.pop(p, None)
         outs, bad = self.core.load(p, records, self._clock.wall_ms())
         self._process(outs)
