@@ -63,8 +63,7 @@ class OffsetsMixin(Generic[T]):
 
     def commit(self, token: T, req: m.CommitRequest, now_ms: int) -> list[Out[T]]:
         def answer(code: int) -> list[Out[T]]:
-            parts = {(o.topic, o.partition): code for o in req.offsets}
-            return [Reply(token, m.PartitionResults(Errors.NONE, parts))]
+            return self._answer_all(token, req.offsets, code)
 
         if (code := self.check(req.group_id)) != Errors.NONE:
             return answer(code)
@@ -76,19 +75,7 @@ class OffsetsMixin(Generic[T]):
             self.groups[req.group_id] = g
         if (code := self._commit_allowed(g, req)) != Errors.NONE:
             return answer(code)
-        results: dict[TP, int] = {}
-        records: list[tuple[bytes, bytes | None]] = []
-        values: dict[TP, OffsetValue] = {}
-        for o in req.offsets:
-            tp = (o.topic, o.partition)
-            metadata = o.metadata or ""
-            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
-                results[tp] = Errors.OFFSET_METADATA_TOO_LARGE
-                continue
-            values[tp] = OffsetValue(o.offset, o.leader_epoch, metadata, now_ms)
-            records.append(
-                (encode_key(OffsetKey(g.group_id, *tp)), encode_offset_value(values[tp]))
-            )
+        results, records, values = self._offset_records(g, req.offsets, now_ms)
         if not records:
             return [Reply(token, m.PartitionResults(Errors.NONE, results))]
 
@@ -101,6 +88,35 @@ class OffsetsMixin(Generic[T]):
             return [Reply(token, m.PartitionResults(Errors.NONE, results))]
 
         return [self._append(g.partition, records, then_at=stored)]
+
+    # OffsetCommit's and TxnOffsetCommit's (`txn_offsets.py`) alike:
+
+    @staticmethod
+    def _answer_all(token: T, offsets: list[m.OffsetCommit], code: int) -> list[Out[T]]:
+        """One error for every partition of a commit request."""
+        parts = {(o.topic, o.partition): code for o in offsets}
+        return [Reply(token, m.PartitionResults(Errors.NONE, parts))]
+
+    def _offset_records(
+        self, g: Group[T], offsets: list[m.OffsetCommit], now_ms: int
+    ) -> tuple[dict[TP, int], list[tuple[bytes, bytes | None]], dict[TP, OffsetValue]]:
+        """(results so far, records to append, their values) of a commit's offsets: one
+        whose metadata is over offset.metadata.max.bytes is answered
+        OFFSET_METADATA_TOO_LARGE now and not written."""
+        results: dict[TP, int] = {}
+        records: list[tuple[bytes, bytes | None]] = []
+        values: dict[TP, OffsetValue] = {}
+        for o in offsets:
+            tp = (o.topic, o.partition)
+            metadata = o.metadata or ""
+            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+                results[tp] = Errors.OFFSET_METADATA_TOO_LARGE
+                continue
+            values[tp] = OffsetValue(o.offset, o.leader_epoch, metadata, now_ms)
+            records.append(
+                (encode_key(OffsetKey(g.group_id, *tp)), encode_offset_value(values[tp]))
+            )
+        return results, records, values
 
     @staticmethod
     def _commit_allowed(g: Group[Any], req: m.CommitRequest) -> int:

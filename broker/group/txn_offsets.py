@@ -13,47 +13,29 @@ OffsetFetch with require_stable sees the pending ones as UNSTABLE_OFFSET_COMMIT.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from broker.group import messages as m
 from broker.group.group import Group, GroupState, PendingTxnOffset
-from broker.group.messages import Append, Out, Reply
-from broker.group.records import OffsetKey, OffsetValue, encode_key, encode_offset_value
+from broker.group.messages import Out, Reply
+from broker.group.offsets import OffsetsMixin
 from common.errors import Errors
-
-if TYPE_CHECKING:
-    from broker.group.config import GroupConfig
 
 T = TypeVar("T")
 TP = tuple[str, int]
 
 
-class TxnOffsetsMixin(Generic[T]):
-    config: GroupConfig
-    groups: dict[str, Group[T]]
-
-    if TYPE_CHECKING:
-
-        def check(self, group_id: str) -> int: ...
-        def partition_for(self, group_id: str) -> int: ...
-        def _append(
-            self,
-            partition: int,
-            records: list[tuple[bytes, bytes | None]],
-            then: Callable[[int, int], list[Out[T]]] | None = None,
-            *,
-            then_at: Callable[[int, int, int], list[Out[T]]] | None = None,
-            txn: tuple[str, int, int] | None = None,
-        ) -> Append: ...
+class TxnOffsetsMixin(OffsetsMixin[T]):
+    """On OffsetsMixin: a transactional commit's records are built and its errors
+    answered as a plain commit's; what differs is who may commit and when the offsets
+    become committed."""
 
     def txn_commit(self, token: T, req: m.TxnCommitRequest, now_ms: int) -> list[Out[T]]:
         """TxnOffsetCommit (Kafka's handleTxnCommitOffsets + storeOffsets with a
         producer id): answered per partition once the transactional batch is appended."""
 
         def answer(code: int) -> list[Out[T]]:
-            parts = {(o.topic, o.partition): code for o in req.offsets}
-            return [Reply(token, m.PartitionResults(Errors.NONE, parts))]
+            return self._answer_all(token, req.offsets, code)
 
         if (code := self.check(req.group_id)) != Errors.NONE:
             return answer(code)
@@ -63,19 +45,7 @@ class TxnOffsetsMixin(Generic[T]):
             self.groups[req.group_id] = g
         if (code := self._txn_commit_allowed(g, req)) != Errors.NONE:
             return answer(code)
-        results: dict[TP, int] = {}
-        records: list[tuple[bytes, bytes | None]] = []
-        values: dict[TP, OffsetValue] = {}
-        for o in req.offsets:
-            tp = (o.topic, o.partition)
-            metadata = o.metadata or ""
-            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
-                results[tp] = Errors.OFFSET_METADATA_TOO_LARGE
-                continue
-            values[tp] = OffsetValue(o.offset, o.leader_epoch, metadata, now_ms)
-            records.append(
-                (encode_key(OffsetKey(g.group_id, *tp)), encode_offset_value(values[tp]))
-            )
+        results, records, values = self._offset_records(g, req.offsets, now_ms)
         if not records:
             return [Reply(token, m.PartitionResults(Errors.NONE, results))]
         pid = req.producer_id
