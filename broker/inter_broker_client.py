@@ -13,20 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import itertools
-import struct
 from collections.abc import Callable
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32
-
+from broker import wire_call
 from broker.security.inter_broker_login import connect
 from broker.security.listener_security import InterBrokerClientSecurity
 
-_SIZE = struct.Struct(">i")
 _MAX_FRAME = 100 << 20
 
 
@@ -100,35 +94,10 @@ class InterBrokerClient:
         version: int,
         body: dict[str, Any],
     ) -> Any:
-        request = load_request_schema(api_key, version)
-        header_cls = request.__header_schema__
         cid = next(self._correlation) & 0x7FFFFFFF
-        buf = io.BytesIO()
-        buf.write(b"\0\0\0\0")
-        entity_writer(header_cls)(
-            buf,
-            header_cls(
-                request_api_key=i16(api_key),
-                request_api_version=i16(version),
-                correlation_id=i32(cid),
-                client_id=self._client_id,
-            ),
+        return await wire_call.call(
+            reader, writer, api_key, version, self._client_id, cid, body, max_frame=_MAX_FRAME
         )
-        entity_writer(request)(buf, request(**body))
-        frame = buf.getbuffer()
-        _SIZE.pack_into(frame, 0, len(frame) - 4)
-        writer.write(bytes(frame))
-        del frame
-        await writer.drain()
-        (size,) = _SIZE.unpack(await reader.readexactly(4))
-        if not 0 <= size <= _MAX_FRAME:
-            raise ConnectionError(f"a {size}-byte answer from a broker")
-        data = await reader.readexactly(size)
-        response = load_response_schema(api_key, version)
-        header, n = entity_reader(response.__header_schema__)(data, 0)
-        if header.correlation_id != cid:
-            raise ConnectionError(f"correlation id {header.correlation_id} != {cid}")
-        return entity_reader(response)(data, n)[0]
 
     async def close(self) -> None:
         writers = []

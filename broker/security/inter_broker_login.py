@@ -8,14 +8,9 @@ The tokens come from common/sasl_client.py; requests are encoded with kio.
 from __future__ import annotations
 
 import asyncio
-import io
-import struct
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32
-
+from broker import wire_call
 from broker.security.listener_security import InterBrokerClientSecurity
 from common.api_keys import ApiKey
 from common.errors import Errors
@@ -24,7 +19,6 @@ from common.sasl_client import SaslClientError, sasl_client
 HANDSHAKE_VERSION = 1
 AUTHENTICATE_VERSION = 2
 _MAX_FRAME = 1 << 20  # a SASL answer is a few hundred bytes
-_SIZE = struct.Struct(">i")
 
 
 class SaslLoginError(ConnectionError):
@@ -104,31 +98,7 @@ async def _call(
     correlation_id: int,
     **body: Any,
 ) -> Any:
-    request = load_request_schema(api_key, version)
-    header_cls = request.__header_schema__
-    buf = io.BytesIO()
-    buf.write(b"\0\0\0\0")
-    entity_writer(header_cls)(
-        buf,
-        header_cls(
-            request_api_key=i16(api_key),
-            request_api_version=i16(version),
-            correlation_id=i32(correlation_id),
-            client_id=client_id,
-        ),
-    )
-    entity_writer(request)(buf, request(**body))
-    frame = buf.getbuffer()
-    _SIZE.pack_into(frame, 0, len(frame) - 4)
-    writer.write(bytes(frame))
-    await writer.drain()
-    (size,) = _SIZE.unpack(await reader.readexactly(4))
-    if not 0 <= size <= _MAX_FRAME:
-        raise SaslLoginError(f"a {size}-byte answer to a SASL request")
-    data = await reader.readexactly(size)
-    response = load_response_schema(api_key, version)
-    header, n = entity_reader(response.__header_schema__)(data, 0)
-    if header.correlation_id != correlation_id:
-        raise SaslLoginError(f"correlation id {header.correlation_id} != {correlation_id}")
-    body_out, _ = entity_reader(response)(data, n)
-    return body_out
+    return await wire_call.call(
+        reader, writer, api_key, version, client_id, correlation_id, body,
+        max_frame=_MAX_FRAME, error=SaslLoginError, answer_of="to a SASL request",
+    )  # fmt: skip
