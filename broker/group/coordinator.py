@@ -145,8 +145,7 @@ class GroupCoordinatorCore(TimersMixin[T], TxnOffsetsMixin[T], OffsetsMixin[T], 
         if g is None:
             if req.member_id:
                 return fail(Errors.UNKNOWN_MEMBER_ID)
-            g = Group(req.group_id, self.partition_for(req.group_id), state_since_ms=now_ms)
-            self.groups[req.group_id] = g
+            g = self._new_group(req.group_id, now_ms)
         if not g.supports(req.protocol_type, req.protocols):
             return fail(Errors.INCONSISTENT_GROUP_PROTOCOL)
         known = req.member_id in g.members or (

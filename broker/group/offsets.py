@@ -71,8 +71,7 @@ class OffsetsMixin(Generic[T]):
         if g is None:
             if req.generation_id >= 0:
                 return answer(Errors.ILLEGAL_GENERATION)  # a generation of a group now gone
-            g = Group(req.group_id, self.partition_for(req.group_id), state_since_ms=now_ms)
-            self.groups[req.group_id] = g
+            g = self._new_group(req.group_id, now_ms)
         if (code := self._commit_allowed(g, req)) != Errors.NONE:
             return answer(code)
         results, records, values = self._offset_records(g, req.offsets, now_ms)
@@ -90,6 +89,13 @@ class OffsetsMixin(Generic[T]):
         return [self._append(g.partition, records, then_at=stored)]
 
     # OffsetCommit's and TxnOffsetCommit's (`txn_offsets.py`) alike:
+
+    def _new_group(self, group_id: str, now_ms: int) -> Group[T]:
+        """A group that does not exist yet, kept from now on (a JoinGroup's or a
+        commit's, as Kafka's getOrMaybeCreateGroup): Empty, on its partition."""
+        g = Group(group_id, self.partition_for(group_id), state_since_ms=now_ms)
+        self.groups[group_id] = g
+        return g
 
     @staticmethod
     def _answer_all(token: T, offsets: list[m.OffsetCommit], code: int) -> list[Out[T]]:

@@ -41,8 +41,7 @@ class TxnOffsetsMixin(OffsetsMixin[T]):
             return answer(code)
         g = self.groups.get(req.group_id)
         if g is None:
-            g = Group(req.group_id, self.partition_for(req.group_id), state_since_ms=now_ms)
-            self.groups[req.group_id] = g
+            g = self._new_group(req.group_id, now_ms)
         if (code := self._txn_commit_allowed(g, req)) != Errors.NONE:
             return answer(code)
         results, records, values = self._offset_records(g, req.offsets, now_ms)
