@@ -36,6 +36,7 @@ from broker.txn.messages import (
     SendMarkers,
     TxnConfig,
 )
+from broker.txn.parking import ParkedRequests
 from broker.txn.state import (
     COMPLETED,
     NO_PRODUCER_EPOCH,
@@ -73,6 +74,8 @@ class TransactionCoordinatorCore(ListingMixin, Generic[T]):
         self._next_abort_ms: int | None = None
         self._next_expire_ms: int | None = None
         self._retry_complete: dict[str, tuple[int, int, int]] = {}  # markers written
+        # AddPartitions/AddOffsets waiting for the producer's last transaction to complete
+        self.parked: ParkedRequests[Out[T]] = ParkedRequests()
 
     # -- ownership -----------------------------------------------------------------------------
 
@@ -135,12 +138,14 @@ class TransactionCoordinatorCore(ListingMixin, Generic[T]):
     def unload(self, partition: int) -> list[Out[T]]:
         """We no longer lead the partition: its transactions leave memory (the new
         coordinator loads them and finishes what was in flight)."""
+        out: list[Out[T]] = []
         for tid in [t for t in self.txns if self.partition_for(t) == partition]:
             del self.txns[tid]
             self._retry_complete.pop(tid, None)
+            out += self.parked.refuse(tid, Errors.NOT_COORDINATOR)
         self.owned.pop(partition, None)
         self._load_gen[partition] = next(self._gens)
-        return []
+        return out
 
     # -- log writes ----------------------------------------------------------------------------
 
@@ -312,12 +317,13 @@ class TransactionCoordinatorCore(ListingMixin, Generic[T]):
         state = S.COMPLETE_COMMIT if md.state == S.PREPARE_COMMIT else S.COMPLETE_ABORT
         t = md.transit(state=state, partitions=frozenset(), update_ms=now_ms)
 
-        def completed(code: int, _now: int) -> list[Out[T]]:
+        def completed(code: int, now: int) -> list[Out[T]]:
             if code == Errors.COORDINATOR_NOT_AVAILABLE:  # retriable: again at the next tick
                 self._retry_complete[transactional_id] = (
                     producer_id, producer_epoch, coordinator_epoch,
                 )  # fmt: skip
-            return []
+            # Complete (or not): the requests that waited for it run again now.
+            return self.parked.release(transactional_id, now)
 
         return [self._write(md, t, completed)]
 
@@ -359,6 +365,21 @@ class TransactionCoordinatorCore(ListingMixin, Generic[T]):
             return [Reply(token, code if one_code else dict.fromkeys(parts, code))]
 
         code, md = self._check_producer(transactional_id, producer_id, epoch)
+        completing = self.txns.get(transactional_id)
+        if (
+            code == Errors.CONCURRENT_TRANSACTIONS
+            and completing is not None
+            and completing.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)
+        ):
+            # The next transaction's first request, while the last one writes its
+            # markers: wait for it to complete rather than send the client to back off.
+            self.parked.park(
+                transactional_id, now_ms,
+                lambda now: self._add(token, transactional_id, producer_id, epoch, parts, now,
+                                      one_code),
+                lambda c: reply(c),
+            )  # fmt: skip
+            return []
         if md is None:
             return reply(code)
         if md.state == S.ONGOING and parts <= md.partitions:
@@ -444,11 +465,15 @@ class TransactionCoordinatorCore(ListingMixin, Generic[T]):
             self._next_expire_ms = now_ms + self.config.remove_check_interval_ms
 
     def next_deadline_ms(self) -> int | None:
-        ds = [d for d in (self._next_abort_ms, self._next_expire_ms) if d is not None]
+        ds = [
+            d
+            for d in (self._next_abort_ms, self._next_expire_ms, self.parked.next_deadline_ms())
+            if d is not None
+        ]
         return min(ds) if ds else None
 
     def tick(self, now_ms: int) -> list[Out[T]]:
-        out: list[Out[T]] = []
+        out: list[Out[T]] = self.parked.expire(now_ms, Errors.CONCURRENT_TRANSACTIONS)
         self._schedule(now_ms)
         for tid, (pid, epoch, ce) in list(self._retry_complete.items()):
             del self._retry_complete[tid]

@@ -276,3 +276,32 @@ def test_value_v1_flexible_reads() -> None:
     )  # fmt: skip
     v = rec.decode_value(body)
     assert (v.partitions, v.previous_producer_id, v.start_ms) == ((("t", 4),), 9, 6)
+
+
+def test_the_next_transaction_waits_for_the_last_to_complete_instead_of_backing_off() -> None:
+    """AddPartitionsToTxn while the last transaction writes its markers is parked and
+    answered when it completes (Kafka answers CONCURRENT_TRANSACTIONS and the client
+    retries 20 ms later); parked too long, it gets CONCURRENT_TRANSACTIONS after all."""
+    d = Driver()
+    r = d.init()
+    tp = ("t", 0)
+    assert d.add(r.producer_id, r.producer_epoch, tp) == {tp: Errors.NONE}
+    assert d.end(r.producer_id, r.producer_epoch, True) == Errors.NONE
+    assert d.state() == S.PREPARE_COMMIT and d.markers
+    d.run(d.core.add_partitions("next", TID, r.producer_id, r.producer_epoch, [("t", 1)], 10))
+    assert "next" not in d.replies  # parked, not refused
+    d.ack_markers(now=12)
+    assert d.replies.pop("next") == {("t", 1): Errors.NONE}
+    assert d.state() == S.ONGOING and d.core.txns[TID].partitions == {("t", 1)}
+
+    assert d.end(r.producer_id, r.producer_epoch, False, now=20) == Errors.NONE
+    d.run(d.core.add_partitions("late", TID, r.producer_id, r.producer_epoch, [tp], 21), 21)
+    assert "late" not in d.replies
+    now = 21
+    while "late" not in d.replies:  # the timer wakes at each deadline the core names
+        deadline = d.core.next_deadline_ms()
+        assert deadline is not None and now < deadline <= 21 + 500
+        now = deadline
+        d.run(d.core.tick(now), now)
+    assert now == 21 + 500
+    assert d.replies.pop("late") == {tp: Errors.CONCURRENT_TRANSACTIONS}
