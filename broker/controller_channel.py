@@ -9,6 +9,10 @@ the metadata loader and every write the broker sends.
   none; `post` retries across controllers until a deadline.
 Controller failover needs nothing from the broker but these retries and rotations.
 
+Once registered, every request names the broker's incarnation in an `X-Kraft-Broker:
+<id>:<epoch>` header: the active controller watches those connections, and when all of
+them close (the process died) it may fence the broker early (kraft/cluster_control.py).
+
 Security (common/controller_plane.py): https with the broker's TLS client context when
 the controller listener is SSL, and `Authorization: Bearer <token>` on every request when
 a token is configured; both set once, on the session.
@@ -37,6 +41,8 @@ from metadata_log.controller_api import (  # elections and quorum status
     AlterPartitionResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
+    BrokerUnreachableRequest,
+    BrokerUnreachableResponse,
     CreateAclsRequest,
     CreateAclsResponse,
     CreatePartitionsRequest,
@@ -96,6 +102,13 @@ class ControllerChannel:
         self._writer = broker_id % len(self.controllers)
         self._session: aiohttp.ClientSession | None = None
         self._refusal_logged = False
+        self._identity: dict[str, str] = {}  # the X-Kraft-Broker header once registered
+
+    def set_broker_epoch(self, broker_epoch: int) -> None:
+        """Name our incarnation on every request from now on (-1: no longer registered)."""
+        self._identity = (
+            {"X-Kraft-Broker": f"{self.broker_id}:{broker_epoch}"} if broker_epoch >= 0 else {}
+        )
 
     async def start(self) -> None:
         # Each call sets its own timeout (a long-poll needs longer than a write).
@@ -117,7 +130,7 @@ class ControllerChannel:
             raise ControllerUnavailable("the controller channel is not started")
         try:
             async with self._session.get(
-                url, timeout=aiohttp.ClientTimeout(total=timeout_s)
+                url, headers=self._identity, timeout=aiohttp.ClientTimeout(total=timeout_s)
             ) as resp:
                 status, body = resp.status, await resp.read()
                 self._check_refusal(url, status, body)
@@ -154,7 +167,7 @@ class ControllerChannel:
                 async with self._session.post(
                     f"{base}{path}",
                     data=payload,
-                    headers={"Content-Type": "application/json"},
+                    headers={"Content-Type": "application/json", **self._identity},
                     allow_redirects=False,
                     timeout=aiohttp.ClientTimeout(total=min(remaining, self.request_timeout_s)),
                 ) as resp:
@@ -217,6 +230,13 @@ class ControllerChannel:
 
     async def create_partitions(self, req: CreatePartitionsRequest) -> CreatePartitionsResponse:
         return await self.post("/v1/partitions/create", req, CreatePartitionsResponse)
+
+    async def broker_unreachable(
+        self, req: BrokerUnreachableRequest, timeout_s: float
+    ) -> BrokerUnreachableResponse:
+        return await self.post(
+            "/v1/brokers/unreachable", req, BrokerUnreachableResponse, timeout_s=timeout_s
+        )
 
     async def alter_partition(self, req: AlterPartitionRequest) -> AlterPartitionResponse:
         return await self.post("/v1/partitions/alter", req, AlterPartitionResponse)

@@ -21,9 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import errno
 import io
 import itertools
 import logging
+import re
 import struct
 import uuid
 from collections.abc import Callable, Iterable
@@ -199,6 +201,9 @@ class LeaderFetcher:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._loop = ShutdownableTask(f"fetcher-{source_id}", self._run)
+        # Told the source's id when a connection to it is refused: its process is gone
+        # while its host is up (broker/lifecycle.py reports it to the controller).
+        self.on_refused: Callable[[int], None] | None = None
 
     def start(self) -> None:
         self._loop.start()
@@ -255,6 +260,8 @@ class LeaderFetcher:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # network errors, a bad frame: reconnect and retry
+                if _refused(exc) and self.on_refused is not None:
+                    self.on_refused(self.source_id)
                 log.info(
                     "fetch from broker %d failed: %r; retrying in %.2fs",
                     self.source_id,
@@ -316,6 +323,14 @@ class LeaderFetcher:
         return answers
 
 
+def _refused(exc: BaseException) -> bool:
+    """ECONNREFUSED, also as asyncio's "Multiple exceptions" when every address refused."""
+    if isinstance(exc, ConnectionRefusedError):
+        return True
+    errnos = re.findall(r"\[Errno (\d+)\]", str(exc)) if isinstance(exc, OSError) else []
+    return bool(errnos) and all(int(n) == errno.ECONNREFUSED for n in errnos)
+
+
 class FetcherManager:
     """Fetchers by source broker; partitions move between them as leaders change."""
 
@@ -335,6 +350,7 @@ class FetcherManager:
         self.target: ReplicaTarget | None = None
         self._fetchers: dict[int, LeaderFetcher] = {}
         self._source_of: dict[TP, int] = {}
+        self.on_refused: Callable[[int], None] | None = None  # see LeaderFetcher.on_refused
 
     def add_partitions(self, leaders: dict[TP, int]) -> None:
         assert self.target is not None, "set FetcherManager.target first"
@@ -354,6 +370,7 @@ class FetcherManager:
                     self.clock,
                     self.security,
                 )
+                fetcher.on_refused = self.on_refused
                 self._fetchers[source] = fetcher
                 fetcher.start()
             fetcher.add(tps)

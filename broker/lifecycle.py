@@ -6,6 +6,9 @@
   shutdown, when we may go.
 - Fenced on request until the broker can serve (`ready_to_unfence`), and on request
   again at the end of a controlled shutdown, so a restart can register at once.
+- Refused connections to a leader (a follower's fetcher) are reported to the controller
+  (`report_refused`): a certain sign the leader's process is gone, which lets the
+  controller fence it before its session expires (kraft/cluster_control.py).
 It is itself a metadata publisher, registered last: it learns the applied offset from
 the loader, and tells the controller at once when that reaches our registration.
 """
@@ -34,12 +37,15 @@ from metadata_log.controller_api import (
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
+    BrokerUnreachableRequest,
 )
 from metadata_log.delta import MetadataDelta
 from metadata_log.image import MetadataImage
 from metadata_log.records import Endpoint
 
 log = logging.getLogger("broker.lifecycle")
+REPORT_EVERY_MS = 500  # refusals of one leader reported at most this often
+REPORT_TIMEOUT_S = 2.0  # a report is only useful while it is fresh
 
 
 class BrokerLifecycleManager:
@@ -71,12 +77,17 @@ class BrokerLifecycleManager:
         self._state_changed = asyncio.Event()  # any heartbeat answer or applied update
         self._heartbeat_now = asyncio.Event()
         self._loop = ShutdownableTask("broker-heartbeats", self._run)
+        self._image = MetadataImage()  # the last applied: the epochs of other brokers
+        self._reported_ms: dict[int, int] = {}  # broker id -> when we last reported it
+        self._reports: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         self._loop.start()
 
     async def stop(self) -> None:
         await self._loop.stop()
+        for task in list(self._reports):
+            task.cancel()
 
     # -- what the broker waits for -----------------------------------------------------------
 
@@ -134,9 +145,34 @@ class BrokerLifecycleManager:
         self, delta: MetadataDelta, image: MetadataImage, manifest: LoaderManifest
     ) -> None:
         self.metadata_offset = image.offset
+        self._image = image
         if self.fenced and self.is_caught_up:
             self._heartbeat_now.set()  # tell the controller at once: it unfences us
         self._changed()
+
+    # -- what followers see ----------------------------------------------------------------------
+
+    def report_refused(self, broker_id: int) -> None:
+        """A connection to `broker_id` was refused: tell the controller, at most once per
+        REPORT_EVERY_MS per broker (fetchers retry quickly), without waiting for it."""
+        now = self._clock.monotonic_ms()
+        if self.broker_epoch < 0 or now - self._reported_ms.get(broker_id, -REPORT_EVERY_MS) < (
+            REPORT_EVERY_MS
+        ):
+            return
+        self._reported_ms[broker_id] = now
+        reg = self._image.brokers.get(broker_id)
+        req = BrokerUnreachableRequest(
+            broker_id, reg.broker_epoch if reg is not None else -1, self.broker_id, "refused"
+        )
+
+        async def report() -> None:
+            with contextlib.suppress(ControllerError, ControllerUnavailable):
+                await self._channel.broker_unreachable(req, timeout_s=REPORT_TIMEOUT_S)
+
+        task = asyncio.create_task(report(), name=f"report-refused-{broker_id}")
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
 
     # -- registration and heartbeats -------------------------------------------------------------
 
@@ -176,6 +212,7 @@ class BrokerLifecycleManager:
             raise ControllerError(resp.error_code, resp.error_message or "registration refused")
         self.broker_epoch = resp.broker_epoch
         self.fenced = True
+        self._channel.set_broker_epoch(self.broker_epoch)
         log.info(
             "registered broker=%d epoch=%d incarnation=%s",
             self.broker_id,
@@ -203,6 +240,7 @@ class BrokerLifecycleManager:
                 resp.error_code,
             )
             self.broker_epoch = -1
+            self._channel.set_broker_epoch(-1)
             self.fenced = True
             self._heartbeat_now.set()
             self._changed()

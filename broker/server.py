@@ -102,6 +102,7 @@ class BrokerServer:
             dynamic=self.dynamic_config,
         )
         self.fetchers.target = self.replica_manager
+        self.fetchers.on_refused = self.lifecycle.report_refused  # fast fencing of the dead
         self.admin = Admin(
             self.channel,
             config,

@@ -12,6 +12,27 @@ changes (`BrokerTransition`) and the router adds the partition changes to the sa
 
 Sessions live only in the active controller's memory: a new active controller gives every
 broker a fresh session before fencing any (`activate`).
+
+Fast fencing of a dead process (ours; Kafka always waits out the session). Silence alone
+cannot tell a dead broker from a slow or partitioned one, so it keeps the full session
+timeout. Two signals are certain that the *process* is gone while its host is up, and
+arrive as events (`unreachable`), never as timings:
+- "disconnected": every connection the broker held to the active controller (the one its
+  heartbeats use, its metadata long-poll if it reads here) closed; the kernel closes a dead
+  process's sockets, while a live broker keeps its heartbeat connection open;
+- "refused": a follower's connection to it was refused (nothing listens on its port).
+Once such a signal arrives after the broker's last heartbeat, its session shrinks to
+`broker.disconnect.fence.grace.ms` (default 3000, 1.5 heartbeat intervals) counted from
+that last heartbeat; any later heartbeat of the same incarnation clears the suspicion.
+So the signal never fences by itself: a live broker that reconnects (a long-poll restart,
+a controller failover, an idle connection closed) heartbeats in time and stays.
+Failure modes, by design: a slow or SIGSTOPped broker keeps its connections open and its
+port accepting, so it keeps the full session (no signal); a host that vanishes (power, a
+network partition) gives timeouts, not refusals or FINs, so it too waits out the session;
+a live broker whose heartbeat is late by more than the grace's slack *and* that saw a
+spurious signal is fenced early, and unfenced at its next heartbeat once caught up (the
+price of the shorter grace). Signals about a fenced broker, one in controlled shutdown, an
+older incarnation, or reaching a controller that is not active, are ignored.
 """
 
 from __future__ import annotations
@@ -25,6 +46,8 @@ from metadata_log.controller_api import (
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
+    BrokerUnreachableRequest,
+    BrokerUnreachableResponse,
 )
 from metadata_log.image import MetadataImage
 from metadata_log.records import (
@@ -50,21 +73,39 @@ class BrokerTransition:
 class ClusterControlManager:
     def __init__(self, config: ControllerConfig) -> None:
         self.config = config
-        self._deadlines: dict[int, int] = {}  # broker id -> session expiry (ms)
+        self._last_seen: dict[int, int] = {}  # broker id -> last heartbeat (ms)
+        # broker id -> when a sign that its process is gone arrived (after _last_seen)
+        self._suspected: dict[int, int] = {}
 
     # -- sessions ----------------------------------------------------------------------------
 
     def activate(self, image: MetadataImage, now_ms: int) -> None:
         """A new active controller gives every broker a fresh session before fencing any:
-        heartbeat times of the previous one died with it."""
-        timeout = self.config.session_timeout_ms
-        self._deadlines = {b: now_ms + timeout for b in image.brokers}
+        heartbeat times (and suspicions) of the previous one died with it."""
+        self._last_seen = dict.fromkeys(image.brokers, now_ms)
+        self._suspected = {}
 
     def _touch(self, broker_id: int, now_ms: int) -> None:
-        self._deadlines[broker_id] = now_ms + self.config.session_timeout_ms
+        self._last_seen[broker_id] = now_ms
+        # Alive after the signal: it was a reconnect, not a death.
+        self._suspected.pop(broker_id, None)
+
+    def session_deadline(self, broker_id: int) -> int:
+        """When the session ends (ms): the session timeout after the last heartbeat, or
+        the shorter grace once the broker is suspected dead; -1 if it has none."""
+        last = self._last_seen.get(broker_id)
+        if last is None:
+            return -1
+        timeout = self.config.session_timeout_ms
+        if broker_id in self._suspected and self.config.disconnect_grace_ms > 0:
+            timeout = min(timeout, self.config.disconnect_grace_ms)
+        return last + timeout
 
     def session_alive(self, broker_id: int, now_ms: int) -> bool:
-        return self._deadlines.get(broker_id, -1) > now_ms
+        return self.session_deadline(broker_id) > now_ms
+
+    def is_suspected(self, broker_id: int) -> bool:
+        return broker_id in self._suspected
 
     # -- decisions ---------------------------------------------------------------------------
 
@@ -146,10 +187,33 @@ class ClusterControlManager:
         failure = BrokerHeartbeatResponse(Errors.UNKNOWN_SERVER_ERROR, is_fenced=b.fenced)
         return Decision(tuple(records), response, failure), transition
 
+    def unreachable(
+        self, image: MetadataImage, req: BrokerUnreachableRequest, now_ms: int
+    ) -> Decision:
+        """A sign that the broker's process is gone: remember it; `fence_expired` fences
+        the broker if no heartbeat clears it within the grace. No records: the signal
+        alone decides nothing."""
+        b = image.brokers.get(req.broker_id)
+        if b is None:
+            return Decision.answer(BrokerUnreachableResponse(Errors.BROKER_ID_NOT_REGISTERED))
+        if req.broker_epoch not in (-1, b.broker_epoch):
+            # About an older incarnation (its replacement registered): nothing to do.
+            return Decision.answer(BrokerUnreachableResponse(Errors.STALE_BROKER_EPOCH))
+        if (
+            not b.fenced
+            and not b.in_controlled_shutdown  # leaving on its own path, leaderships moved
+            and req.reporter_id != req.broker_id
+            and self.config.disconnect_grace_ms > 0
+            and b.broker_id in self._last_seen
+        ):
+            self._suspected.setdefault(b.broker_id, now_ms)
+        return Decision.answer(BrokerUnreachableResponse(Errors.NONE))
+
     def fence_expired(
         self, image: MetadataImage, now_ms: int
     ) -> tuple[list[Record], BrokerTransition]:
-        """Fence every unfenced broker whose session has expired."""
+        """Fence every unfenced broker whose session has expired (the full session timeout
+        after its last heartbeat, or the grace if it was suspected dead since)."""
         expired = sorted(
             b.broker_id
             for b in image.brokers.values()

@@ -55,6 +55,7 @@ from metadata_log.controller_api import (
     AlterUserScramCredentialsRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
+    BrokerUnreachableRequest,
     CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
@@ -97,6 +98,7 @@ class QuorumController:
         self._routes: dict[type, Route] = {
             BrokerRegistrationRequest: self._register_broker,
             BrokerHeartbeatRequest: self._heartbeat,
+            BrokerUnreachableRequest: self.cluster.unreachable,
             AlterPartitionRequest: self._alter_partition,
             CreateTopicsRequest: self.replication.create_topics,
             DeleteTopicsRequest: self.replication.delete_topics,

@@ -47,6 +47,7 @@ class ControllerNodeConfig:
     metadata_log_dir: Path
     quorum_password: str = field(repr=False)
     session_timeout_ms: int = 9000
+    disconnect_grace_ms: int = 3000
     num_partitions: int = 1
     default_replication_factor: int = 1
     max_retained_records: int = 50_000
@@ -64,6 +65,7 @@ class ControllerNodeConfig:
         return ControllerConfig(
             node_id=self.node_id,
             session_timeout_ms=self.session_timeout_ms,
+            disconnect_grace_ms=self.disconnect_grace_ms,
             num_partitions=self.num_partitions,
             default_replication_factor=self.default_replication_factor,
             unclean_leader_election=self.unclean_leader_election,
@@ -165,6 +167,8 @@ def from_properties(values: Mapping[str, str]) -> ControllerNodeConfig:
         metadata_log_dir=Path(props.required("metadata.log.dir")),
         quorum_password=props.required("controller.quorum.password"),
         session_timeout_ms=props.get_int("broker.session.timeout.ms", 9000, min=100),
+        # Ours (Kafka waits out the session): 1.5 broker heartbeat intervals by default.
+        disconnect_grace_ms=props.get_int("broker.disconnect.fence.grace.ms", 3000, min=0),
         num_partitions=props.get_int("num.partitions", 1, min=1, max=100_000),
         default_replication_factor=props.get_int(
             "default.replication.factor", 1, min=1, max=32_767

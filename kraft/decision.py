@@ -27,6 +27,9 @@ from metadata_log.records import Record
 class ControllerConfig:
     node_id: int = 0
     session_timeout_ms: int = 9000  # broker.session.timeout.ms
+    # broker.disconnect.fence.grace.ms: the shorter session of a broker whose process is
+    # known to be gone (kraft/cluster_control.py); 0 turns that detection off.
+    disconnect_grace_ms: int = 3000
     num_partitions: int = 1  # num.partitions
     default_replication_factor: int = 1  # default.replication.factor
     producer_id_block_size: int = 1000

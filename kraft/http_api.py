@@ -15,7 +15,7 @@ import logging
 import math
 import re
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import msgspec
@@ -31,6 +31,7 @@ from metadata_log.controller_api import (
     AlterUserScramCredentialsRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
+    BrokerUnreachableRequest,
     ClusterBroker,
     ClusterDescription,
     ClusterPartition,
@@ -283,12 +284,72 @@ def _refused(status: int, message: str, token_presented: bool) -> web.Response:
     return _error(status, Errors.CLUSTER_AUTHORIZATION_FAILED, message)
 
 
+# -- brokers' connections: a dead process's are closed by its kernel ----------------------
+
+BROKER_HEADER = "X-Kraft-Broker"  # "<broker id>:<broker epoch>" (broker/controller_channel.py)
+_BROKER_IDENT = re.compile(r"([0-9]{1,10}):([0-9]{1,19})")
+CONNECTION_CHECK_S = 0.1  # how often closed connections are looked for
+
+
+class _BrokerConnections:
+    """The open connections of each broker incarnation, learnt from the header its requests
+    carry. When the last one closes, the process is probably gone (a live broker keeps the
+    connection its heartbeats use): that is reported to the service as a `disconnected`
+    event, and the controller decides (kraft/cluster_control.py; a controller that is not
+    active ignores it). aiohttp has no close callback for a connection (its protocol has
+    slots), so open connections are checked every CONNECTION_CHECK_S."""
+
+    def __init__(self, service: ControllerService) -> None:
+        self._service = service
+        self._owner: dict[Any, tuple[int, int]] = {}  # aiohttp protocol -> (broker, epoch)
+        self._count: Counter[tuple[int, int]] = Counter()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def note(self, request: web.Request) -> None:
+        raw = request.headers.get(BROKER_HEADER)
+        if raw is None or request.protocol in self._owner:
+            return
+        match = _BROKER_IDENT.fullmatch(raw)
+        if match is None or request.transport is None:
+            return
+        ident = (int(match[1]), int(match[2]))
+        self._owner[request.protocol] = ident
+        self._count[ident] += 1
+
+    async def watch(self) -> None:
+        while True:
+            await asyncio.sleep(CONNECTION_CHECK_S)
+            closed = [p for p in self._owner if p.transport is None or p.transport.is_closing()]
+            for proto in closed:
+                ident = self._owner.pop(proto)
+                self._count[ident] -= 1
+                if self._count[ident] <= 0:
+                    del self._count[ident]
+                    self._report(*ident)
+
+    def _report(self, broker_id: int, broker_epoch: int) -> None:
+        req = BrokerUnreachableRequest(broker_id, broker_epoch, -1, "disconnected")
+
+        async def report() -> None:
+            try:
+                await self._service.broker_unreachable(req)
+            except (NotActiveController, ControllerApiError, TimeoutError):
+                pass  # not ours to decide, or the session timeout still holds
+            except Exception:
+                log.exception("reporting broker %d's lost connections failed", broker_id)
+
+        task = asyncio.create_task(report())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
 class _Api:
     def __init__(self, service: ControllerService, max_body_bytes: int, auth: ApiAuth) -> None:
         self.service = service
         self.max_body_bytes = max_body_bytes
         self.authenticator = Authenticator(auth)
         self.responses: Counter[int] = Counter()
+        self.broker_connections = _BrokerConnections(service)
 
     @web.middleware
     async def middleware(
@@ -298,6 +359,7 @@ class _Api:
         # changes nothing and learns nothing about the routes.
         refusal = self.authenticator.check(request)
         if refusal is None:
+            self.broker_connections.note(request)
             resp = await self._guarded(request, handler)
         else:
             resp = _refused(refusal.status, refusal.message, refusal.token_presented)
@@ -438,6 +500,7 @@ def make_app(
     writes: list[tuple[str, type[Any], Callable[[Any], Awaitable[msgspec.Struct | None]]]] = [
         ("/v1/brokers/register", BrokerRegistrationRequest, service.register_broker),
         ("/v1/brokers/heartbeat", BrokerHeartbeatRequest, service.heartbeat),
+        ("/v1/brokers/unreachable", BrokerUnreachableRequest, service.broker_unreachable),
         ("/v1/partitions/alter", AlterPartitionRequest, service.alter_partition),
         ("/v1/producer-ids", AllocateProducerIdsRequest, service.allocate_producer_ids),
         ("/v1/topics", CreateTopicsRequest, service.create_topics),
@@ -471,4 +534,18 @@ def make_app(
     app.router.add_get("/v1/quorum/status", api.quorum_status)
     app.router.add_get("/healthz", api.healthz)
     app.router.add_get("/metrics", api.metrics)
+    app.cleanup_ctx.append(_watching(api.broker_connections))
     return app
+
+
+def _watching(
+    connections: _BrokerConnections,
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(connections.watch(), name="broker-connections")
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    return ctx

@@ -42,6 +42,8 @@ from metadata_log.controller_api import (
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
+    BrokerUnreachableRequest,
+    BrokerUnreachableResponse,
     CreateAclsRequest,
     CreateAclsResponse,
     CreatePartitionsRequest,
@@ -276,6 +278,9 @@ class ControllerNode:
         return await self._call(req)
 
     async def heartbeat(self, req: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:
+        return await self._call(req)
+
+    async def broker_unreachable(self, req: BrokerUnreachableRequest) -> BrokerUnreachableResponse:
         return await self._call(req)
 
     async def alter_partition(self, req: AlterPartitionRequest) -> AlterPartitionResponse:

@@ -22,6 +22,8 @@ from metadata_log.controller_api import (
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
+    BrokerUnreachableRequest,
+    BrokerUnreachableResponse,
     CreateAclsRequest,
     CreateAclsResponse,
     CreatePartitionsRequest,
@@ -67,6 +69,9 @@ class ControllerService(Protocol):
         self, req: BrokerRegistrationRequest
     ) -> BrokerRegistrationResponse: ...
     async def heartbeat(self, req: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse: ...
+    async def broker_unreachable(
+        self, req: BrokerUnreachableRequest
+    ) -> BrokerUnreachableResponse: ...
     async def alter_partition(self, req: AlterPartitionRequest) -> AlterPartitionResponse: ...
     async def allocate_producer_ids(
         self, req: AllocateProducerIdsRequest

@@ -65,6 +65,24 @@ class BrokerHeartbeatResponse(_Reply):
     error_message: str | None = None
 
 
+class BrokerUnreachableRequest(_Body):
+    """A certain sign that broker `broker_id`'s process is gone (not merely slow): a
+    follower's connection to it was refused (`reason="refused"`, sent by `reporter_id`),
+    or all its connections to the active controller closed (`reason="disconnected"`, the
+    controller's own HTTP layer). The controller fences it if it then misses its heartbeat
+    by `broker.disconnect.fence.grace.ms` (kraft/cluster_control.py)."""
+
+    broker_id: NodeId
+    broker_epoch: Int64 = -1  # the incarnation seen; -1: whichever is registered
+    reporter_id: Int32 = -1  # the broker that saw it; -1: the controller itself
+    reason: Literal["refused", "disconnected"] = "refused"
+
+
+class BrokerUnreachableResponse(_Reply):
+    error_code: int
+    error_message: str | None = None
+
+
 class AlterPartitionRequest(_Body):
     broker_id: NodeId
     broker_epoch: Int64
