@@ -65,6 +65,9 @@ WRITES: list[tuple[str, str, bytes, object, object]] = [
      api.BrokerRegistrationRequest(1, "i", [EP]), api.BrokerRegistrationResponse(0, 77)),
     ("/v1/brokers/heartbeat", "heartbeat", msgspec.json.encode(HEARTBEAT),
      api.BrokerHeartbeatRequest(1, 10, 5), api.BrokerHeartbeatResponse(0, True, False)),
+    ("/v1/brokers/unreachable", "broker_unreachable",
+     b'{"broker_id": 2, "broker_epoch": 11, "reporter_id": 1, "reason": "refused"}',
+     api.BrokerUnreachableRequest(2, 11, 1, "refused"), api.BrokerUnreachableResponse(0)),
     ("/v1/partitions/alter", "alter_partition",
      b'{"broker_id": 1, "broker_epoch": 10, "topic_id": "tid", "partition": 0, '
      b'"leader_epoch": 2, "partition_epoch": 5, "new_isr": [1, 2]}',
@@ -149,6 +152,9 @@ class FakeService:
 
     async def heartbeat(self, req: Any) -> Any:
         return await self._write("heartbeat", req)
+
+    async def broker_unreachable(self, req: Any) -> Any:
+        return await self._write("broker_unreachable", req)
 
     async def alter_partition(self, req: Any) -> Any:
         return await self._write("alter_partition", req)
