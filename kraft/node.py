@@ -281,7 +281,19 @@ class ControllerNode:
         return await self._call(req)
 
     async def broker_unreachable(self, req: BrokerUnreachableRequest) -> BrokerUnreachableResponse:
-        return await self._call(req)
+        was = self.controller.cluster.is_suspected(req.broker_id)
+        resp: BrokerUnreachableResponse = await self._call(req)
+        if not was and self.controller.cluster.is_suspected(req.broker_id):
+            # Why a broker may be fenced before its session ends: worth a line.
+            log.info(
+                "broker %d suspected dead (%s, reported by %s); fenced unless it heartbeats "
+                "by %d ms",
+                req.broker_id,
+                req.reason,
+                "the controller" if req.reporter_id < 0 else f"broker {req.reporter_id}",
+                self.controller.cluster.session_deadline(req.broker_id),
+            )
+        return resp
 
     async def alter_partition(self, req: AlterPartitionRequest) -> AlterPartitionResponse:
         return await self._call(req)

@@ -1,0 +1,169 @@
+"""Fast fencing of a dead broker on a real cluster (3 controllers + 3 brokers, each its own
+process), with Kafka's default timings: heartbeats every 2 s, a 9 s session, and our
+`broker.disconnect.fence.grace.ms` default of 3 s (kraft/cluster_control.py).
+
+- A SIGKILLed broker that leads partitions is fenced, and every partition it led has a new
+  leader, within half the session timeout (a condition deadline, not a timing assertion):
+  its followers' reconnects are refused and its controller connections close, so the
+  controller needs only to see it miss its heartbeat by the grace. Three rounds; the
+  measured kill -> fenced and kill -> leaders moved times are printed (run with -s).
+- A SIGSTOPped broker (slow, or cut off: its connections stay open and its port accepts)
+  is not fenced in 5 s, more than the grace plus a heartbeat interval: silence alone keeps
+  Kafka's session timeout.
+- A controller failover fences nobody: the brokers' connections to the dead controller
+  close, but only the active controller decides and it heard from them.
+
+Every wait is a condition under a deadline; failures carry the node logs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness.cluster_procs import POLL_S, ProcCluster, wait_for
+
+SESSION_MS = 9000  # broker.session.timeout.ms: Kafka's default
+FAST_DEADLINE_S = SESSION_MS / 2000  # "well under the session": half of it
+TOPIC, PARTITIONS = "fast-fencing", 6
+PAUSE_S = 5.0  # longer than grace (3 s) + a heartbeat interval (2 s), shorter than the session
+ROUNDS = 3
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[ProcCluster]:
+    c = ProcCluster(tmp_path / "data")  # every timing at its default
+    try:
+        c.start()
+        create_topic(c)
+        yield c
+    finally:
+        c.close()
+
+
+def create_topic(c: ProcCluster) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    fs = admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)], request_timeout=15)
+    fs[TOPIC].result(20)
+    wait_isr_full(c, "the new topic")
+
+
+def describe(c: ProcCluster) -> str:
+    parts = c.partitions(TOPIC) or {}
+    rows = [f"p{p}: leader={s['leader']} isr={s['isr']}" for p, s in sorted(parts.items())]
+    return f"{'; '.join(rows) or 'no partitions'}; fenced: {sorted(c.fenced_brokers() or [])}"
+
+
+def wait_isr_full(c: ProcCluster, when: str) -> None:
+    def full() -> bool:
+        parts = c.partitions(TOPIC)
+        return (
+            parts is not None
+            and len(parts) == PARTITIONS
+            and all(p["leader"] >= 0 and len(p["isr"]) == 3 for p in parts.values())
+        )
+
+    try:
+        wait_for(full, 60, f"every ISR to hold all 3 replicas ({when})")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{describe(c)}\n{c.logs()}") from None
+
+
+def leaders(c: ProcCluster) -> dict[int, int]:
+    return {p: s["leader"] for p, s in (c.partitions(TOPIC) or {}).items()}
+
+
+def busiest_leader(c: ProcCluster) -> tuple[int, set[int]]:
+    led: dict[int, set[int]] = {}
+    for p, leader in leaders(c).items():
+        led.setdefault(leader, set()).add(p)
+    victim = max(led, key=lambda b: len(led[b]))
+    assert victim >= 0 and led[victim], describe(c)
+    return victim, led[victim]
+
+
+def test_sigkilled_leader_is_fenced_and_its_leaderships_move_well_under_the_session(
+    cluster: ProcCluster,
+) -> None:
+    to_fenced: list[float] = []
+    to_moved: list[float] = []
+    for round_ in range(ROUNDS):
+        victim, led = busiest_leader(cluster)
+        cluster.kill_broker(victim)
+        t_kill = time.monotonic()
+
+        def fenced(victim: int = victim) -> bool:
+            return victim in (cluster.fenced_brokers() or set())
+
+        def moved(victim: int = victim, led: set[int] = led) -> bool:
+            now = leaders(cluster)
+            return all(now.get(p, -1) not in (-1, victim) for p in led)
+
+        what = f"round {round_}: SIGKILLed broker {victim} (leading p{sorted(led)})"
+        try:
+            wait_for(fenced, FAST_DEADLINE_S, f"{what} to be fenced")
+            to_fenced.append(time.monotonic() - t_kill)
+            remaining = FAST_DEADLINE_S - (time.monotonic() - t_kill)
+            wait_for(moved, max(remaining, POLL_S), f"{what}: its partitions to get new leaders")
+            to_moved.append(time.monotonic() - t_kill)
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}\nexpected within {FAST_DEADLINE_S}s of the kill (session "
+                f"{SESSION_MS} ms); seen: {describe(cluster)}\n{cluster.logs()}"
+            ) from None
+
+        offset = int((cluster.cluster_state() or {}).get("metadata_offset", -1))
+        cluster.restart_broker(victim)
+        cluster.wait_brokers_unfenced({victim}, offset, 60)
+        wait_isr_full(cluster, f"broker {victim} restarted")
+
+    print(
+        f"\nfast fencing, {ROUNDS} SIGKILLs of the busiest leader (heartbeat 2000 ms, grace "
+        f"3000 ms, session {SESSION_MS} ms): kill->fenced "
+        f"{', '.join(f'{t:.2f}' for t in to_fenced)} s (median "
+        f"{statistics.median(to_fenced):.2f}); kill->leaders moved "
+        f"{', '.join(f'{t:.2f}' for t in to_moved)} s (median {statistics.median(to_moved):.2f})"
+    )
+
+
+def test_a_paused_broker_keeps_its_session(cluster: ProcCluster) -> None:
+    victim, led = busiest_leader(cluster)
+    cluster.pause_broker(victim)
+    t_pause = time.monotonic()
+    try:
+        # Watched for the whole pause: a deliberate length, not a synchronisation.
+        while time.monotonic() - t_pause < PAUSE_S:
+            assert victim not in (cluster.fenced_brokers() or set()), (
+                f"broker {victim}, SIGSTOPped {time.monotonic() - t_pause:.1f}s ago (under "
+                f"the {SESSION_MS} ms session), was fenced: {describe(cluster)}\n"
+                f"{cluster.logs()}"
+            )
+            time.sleep(POLL_S)
+    finally:
+        cluster.resume_broker(victim)
+    assert victim not in (cluster.fenced_brokers() or set()), describe(cluster)
+    assert all(leaders(cluster)[p] == victim for p in led), (
+        f"broker {victim} lost leaderships while paused under the session: {describe(cluster)}"
+    )
+
+
+def test_a_controller_failover_fences_nobody(cluster: ProcCluster) -> None:
+    active = cluster.wait_active_controller(30)
+    cluster.kill_controller(active.node_id)
+    t_kill = time.monotonic()
+    new = cluster.wait_active_controller(30)  # among the running: never the killed one
+    # Watched for the grace plus a heartbeat interval and more after the failover.
+    while time.monotonic() - t_kill < PAUSE_S:
+        fenced = cluster.fenced_brokers()
+        assert not fenced, (
+            f"brokers {sorted(fenced or [])} fenced after controller {active.node_id} was "
+            f"killed (new active: {new.node_id}): {describe(cluster)}\n{cluster.logs()}"
+        )
+        time.sleep(POLL_S)
+    cluster.restart_controller(active.node_id)
