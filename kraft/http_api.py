@@ -307,12 +307,19 @@ class _BrokerConnections:
 
     def note(self, request: web.Request) -> None:
         raw = request.headers.get(BROKER_HEADER)
-        if raw is None or request.protocol in self._owner:
+        if raw is None:
             return
         match = _BROKER_IDENT.fullmatch(raw)
         if match is None or request.transport is None:
             return
         ident = (int(match[1]), int(match[2]))
+        old = self._owner.get(request.protocol)
+        if old == ident:
+            return
+        if old is not None:  # registered again on the same connection: a new epoch
+            self._count[old] -= 1
+            if self._count[old] <= 0:
+                del self._count[old]
         self._owner[request.protocol] = ident
         self._count[ident] += 1
 

@@ -72,3 +72,18 @@ async def test_a_malformed_header_is_ignored() -> None:
                     assert r.status == 200
         await asyncio.sleep(0.3)
         assert reports(fake) == []
+
+
+@async_test
+async def test_a_new_epoch_on_the_same_connection_is_the_one_reported() -> None:
+    fake = FakeService()
+    async with serve(fake) as client:
+        url = str(client.make_url("/v1/brokers/heartbeat"))
+        s = aiohttp.ClientSession()
+        for ident in ("3:10", "3:12"):  # registered again, on the kept-alive connection
+            async with s.post(url, json=HEARTBEAT, headers={"X-Kraft-Broker": ident}) as r:
+                assert r.status == 200
+        await s.close()
+        await wait_until(lambda: reports(fake))
+        await asyncio.sleep(0.3)  # and nothing about the old epoch follows
+        assert reports(fake) == [api.BrokerUnreachableRequest(3, 12, -1, "disconnected")]
