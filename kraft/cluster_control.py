@@ -28,7 +28,8 @@ So the signal never fences by itself: a live broker that reconnects (a long-poll
 a controller failover, an idle connection closed) heartbeats in time and stays.
 Failure modes, by design: a slow or SIGSTOPped broker keeps its connections open and its
 port accepting, so it keeps the full session (no signal); a host that vanishes (power, a
-network partition) gives timeouts, not refusals or FINs, so it too waits out the session;
+network partition) gives timeouts, not refusals or FINs, so it too waits out the session
+(unless a firewall rejects with RSTs, which looks like a dead process);
 a live broker whose heartbeat is late by more than the grace's slack *and* that saw a
 spurious signal is fenced early, and unfenced at its next heartbeat once caught up (the
 price of the shorter grace). Signals about a fenced broker, one in controlled shutdown, an
