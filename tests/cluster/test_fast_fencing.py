@@ -3,10 +3,11 @@ process), with Kafka's default timings: heartbeats every 2 s, a 9 s session, and
 `broker.disconnect.fence.grace.ms` default of 3 s (kraft/cluster_control.py).
 
 - A SIGKILLed broker that leads partitions is fenced, and every partition it led has a new
-  leader, within half the session timeout (a condition deadline, not a timing assertion):
+  leader, also in a surviving broker's Metadata answer, within half the session timeout
+  (a condition deadline, not a timing assertion):
   its followers' reconnects are refused and its controller connections close, so the
   controller needs only to see it miss its heartbeat by the grace. Three rounds; the
-  measured kill -> fenced and kill -> leaders moved times are printed (run with -s).
+  measured kill -> fenced, -> leaders moved and -> seen by a client are printed (-s).
 - A SIGSTOPped broker (slow, or cut off: its connections stay open and its port accepts)
   is not fenced in 5 s, more than the grace plus a heartbeat interval: silence alone keeps
   Kafka's session timeout.
@@ -88,13 +89,25 @@ def busiest_leader(c: ProcCluster) -> tuple[int, set[int]]:
     return victim, led[victim]
 
 
+def client_leaders(bootstrap: str) -> dict[int, int]:
+    """Leaders as a client sees them: a Metadata request to a broker."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = admin.list_topics(TOPIC, timeout=2).topics[TOPIC]
+    return {p: m.leader for p, m in topic.partitions.items()}
+
+
 def test_sigkilled_leader_is_fenced_and_its_leaderships_move_well_under_the_session(
     cluster: ProcCluster,
 ) -> None:
     to_fenced: list[float] = []
     to_moved: list[float] = []
+    to_seen: list[float] = []
     for round_ in range(ROUNDS):
         victim, led = busiest_leader(cluster)
+        survivors = ",".join(b.address for b in cluster.brokers if b.node_id != victim)
+        client_leaders(survivors)  # connect before the kill: its time is not ours
         cluster.kill_broker(victim)
         t_kill = time.monotonic()
 
@@ -112,6 +125,14 @@ def test_sigkilled_leader_is_fenced_and_its_leaderships_move_well_under_the_sess
             remaining = FAST_DEADLINE_S - (time.monotonic() - t_kill)
             wait_for(moved, max(remaining, POLL_S), f"{what}: its partitions to get new leaders")
             to_moved.append(time.monotonic() - t_kill)
+
+            def seen(victim: int = victim, led: set[int] = led, at: str = survivors) -> bool:
+                now = client_leaders(at)
+                return all(now.get(p, -1) not in (-1, victim) for p in led)
+
+            remaining = FAST_DEADLINE_S - (time.monotonic() - t_kill)
+            wait_for(seen, max(remaining, POLL_S), f"{what}: clients to see the new leaders")
+            to_seen.append(time.monotonic() - t_kill)
         except AssertionError as exc:
             raise AssertionError(
                 f"{exc}\nexpected within {FAST_DEADLINE_S}s of the kill (session "
@@ -128,7 +149,9 @@ def test_sigkilled_leader_is_fenced_and_its_leaderships_move_well_under_the_sess
         f"3000 ms, session {SESSION_MS} ms): kill->fenced "
         f"{', '.join(f'{t:.2f}' for t in to_fenced)} s (median "
         f"{statistics.median(to_fenced):.2f}); kill->leaders moved "
-        f"{', '.join(f'{t:.2f}' for t in to_moved)} s (median {statistics.median(to_moved):.2f})"
+        f"{', '.join(f'{t:.2f}' for t in to_moved)} s (median {statistics.median(to_moved):.2f}); "
+        f"kill->new leaders in a broker's Metadata {', '.join(f'{t:.2f}' for t in to_seen)} s "
+        f"(median {statistics.median(to_seen):.2f})"
     )
 
 
