@@ -52,6 +52,7 @@ from metadata_log.controller_api import (
     AllocateProducerIdsRequest,
     AlterPartitionReassignmentsRequest,
     AlterPartitionRequest,
+    AlterPartitionsRequest,
     AlterUserScramCredentialsRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
@@ -98,6 +99,7 @@ class QuorumController:
             BrokerRegistrationRequest: self._register_broker,
             BrokerHeartbeatRequest: self._heartbeat,
             AlterPartitionRequest: self._alter_partition,
+            AlterPartitionsRequest: self._alter_partitions,
             CreateTopicsRequest: self.replication.create_topics,
             DeleteTopicsRequest: self.replication.delete_topics,
             CreatePartitionsRequest: self.replication.create_partitions,
@@ -142,6 +144,12 @@ class QuorumController:
         """An ISR change; when it completes a reassignment, the leader learns the new
         replicas (and maybe that it no longer leads) from the metadata log."""
         return self._completing(image, self.replication.alter_partition(image, req, now_ms))
+
+    def _alter_partitions(
+        self, image: MetadataImage, req: AlterPartitionsRequest, now_ms: int
+    ) -> Decision:
+        """ISR changes of many partitions, one batch (Kafka's AlterPartition)."""
+        return self._completing(image, self.replication.alter_partitions(image, req, now_ms))
 
     # -- broker state changes: the cluster's record, then the partitions' ---------------------
 

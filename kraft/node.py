@@ -28,8 +28,8 @@ from typing import Any
 from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import Errors
 from kraft.controller import QuorumController
-from kraft.group_commit import MAX_GROUP, plan_group
 from kraft.controller_config import ControllerNodeConfig
+from kraft.group_commit import MAX_GROUP, plan_group
 from kraft.quorum import Quorum, QuorumError
 from kraft.service import ControllerApiError, NotActiveController
 from kraft.state_machine import AppendResult, AppendStatus
@@ -40,6 +40,8 @@ from metadata_log.controller_api import (
     AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterPartitionsRequest,
+    AlterPartitionsResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
     BrokerHeartbeatRequest,
@@ -340,6 +342,9 @@ class ControllerNode:
         return await self._call(req)
 
     async def alter_partition(self, req: AlterPartitionRequest) -> AlterPartitionResponse:
+        return await self._call(req)
+
+    async def alter_partitions(self, req: AlterPartitionsRequest) -> AlterPartitionsResponse:
         return await self._call(req)
 
     async def allocate_producer_ids(

@@ -24,6 +24,9 @@ from kraft.placement import PlacementError, assign_replicas
 from metadata_log.controller_api import (
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterPartitionResult,
+    AlterPartitionsRequest,
+    AlterPartitionsResponse,
     CreatableTopic,
     CreatableTopicResult,
     CreatePartitionsRequest,
@@ -171,6 +174,39 @@ class ReplicationControlManager:
             ),
             # Another change landed first: the leader must refresh its state.
             AlterPartitionResponse(Errors.INVALID_UPDATE_VERSION),
+        )
+
+    def alter_partitions(
+        self, image: MetadataImage, req: AlterPartitionsRequest, now_ms: int
+    ) -> Decision:
+        """AlterPartition across partitions: each decided as `alter_partition` would alone
+        (same checks, same codes), the accepted changes in one batch. A partition named
+        twice is refused the second time (INVALID_REQUEST)."""
+        b = image.brokers.get(req.broker_id)
+        if b is None or b.broker_epoch != req.broker_epoch:
+            code = Errors.BROKER_ID_NOT_REGISTERED if b is None else Errors.STALE_BROKER_EPOCH
+            return Decision.answer(AlterPartitionsResponse(code))
+        records: list[Record] = []
+        results: list[AlterPartitionResult] = []
+        failed: list[AlterPartitionResult] = []
+        seen: set[tuple[str, int]] = set()
+        for item in req.items():
+            key = (item.topic_id, item.partition)
+            if key in seen:
+                one = Decision.answer(
+                    AlterPartitionResponse(Errors.INVALID_REQUEST, error_message="duplicate")
+                )
+            else:
+                one = self.alter_partition(image, item, now_ms)
+            seen.add(key)
+            records += one.records
+            results.append(_result(key, one.response))
+            failed.append(_result(key, one.failure if one.records else one.response))
+        return Decision(
+            tuple(records),
+            AlterPartitionsResponse(Errors.NONE, results),
+            # The batch did not apply: every change in it must be refreshed and retried.
+            AlterPartitionsResponse(Errors.NONE, failed),
         )
 
     # -- topics ------------------------------------------------------------------------------
@@ -385,3 +421,16 @@ class ReplicationControlManager:
             for r in results
         ]
         return Decision(tuple(records), ElectLeadersResponse(results), ElectLeadersResponse(failed))
+
+
+def _result(key: tuple[str, int], r: AlterPartitionResponse) -> AlterPartitionResult:
+    return AlterPartitionResult(
+        key[0],
+        key[1],
+        r.error_code,
+        r.leader,
+        r.leader_epoch,
+        r.partition_epoch,
+        r.isr,
+        r.error_message,
+    )
