@@ -33,6 +33,7 @@ from metadata_log.delta import MetadataReplayError
 from metadata_log.image import MetadataImage
 
 MAX_GROUP = 256  # requests per entry: bounds one entry's size and one plan's latency
+MAX_GROUP_RECORDS = 20_000  # no request joins a group that already holds this many records
 
 
 class Decider(Protocol):
@@ -77,13 +78,18 @@ def plan_group(
     next_offset: int,
     requests: Sequence[Any],
     now_ms: int,
+    max_records: int = MAX_GROUP_RECORDS,
 ) -> list[Planned]:
     """Decide `requests` in order on `image` (committed, records up to `next_offset` - 1)
-    plus the records planned before each; one `Planned` per request."""
+    plus the records planned before each; one `Planned` per request planned. Once the
+    group holds `max_records` records the rest are left out (the caller queues them
+    for the next group): the answer is shorter than `requests`."""
     out: list[Planned] = []
     projected = image
     count = 0  # records planned so far = the next one's position in the entry
     for request in requests:
+        if count >= max_records:
+            break
         try:
             decision = decider.decide(projected, request, now_ms)
         except Exception as exc:  # noqa: BLE001 - a refusal raised (e.g. ControllerApiError)

@@ -285,6 +285,9 @@ class ControllerNode:
         now_ms = self.clock.monotonic_ms()
         base, first = self.quorum.image(), self.quorum.next_offset
         planned = plan_group(self.controller, base, first, [req for req, _ in group], now_ms)
+        if len(planned) < len(group):  # the entry is full: the rest go first next time
+            self._queue[:0] = group[len(planned) :]
+            del group[len(planned) :]
         records = [r for p in planned for r in p.records]
         result: AppendResult | None = None
         if records:

@@ -315,3 +315,10 @@ def test_the_index_and_the_rebalance_on_it_match_a_walk_of_every_partition(
         full_rebalance(c, BrokerTransition(newly_usable=frozenset(probe)), now)
     # An index that jumps back to an older image follows it too.
     check_index(index, MetadataImage())
+
+
+def test_a_full_group_leaves_the_rest_for_the_next_one() -> None:
+    c = Cluster()
+    reqs = [IncrementalAlterConfigsRequest(4, "", {f"k{i}": "v"}) for i in range(5)]
+    planned = plan_group(c.controller, c.sm.image, c.sm.next_offset, reqs, 0, max_records=2)
+    assert len(planned) == 2 and [len(p.records) for p in planned] == [1, 1]
