@@ -31,7 +31,7 @@ from metadata_log.controller_api import (
     IncrementalAlterConfigsRequest,
 )
 from metadata_log.image import MetadataImage
-from metadata_log.records import NO_LEADER, Record
+from metadata_log.records import NO_LEADER, PartitionChangeRecord, Record
 from tests.metadata.test_controller_managers import (
     SESSION_MS,
     Cluster,
@@ -322,3 +322,66 @@ def test_a_full_group_leaves_the_rest_for_the_next_one() -> None:
     reqs = [IncrementalAlterConfigsRequest(4, "", {f"k{i}": "v"}) for i in range(5)]
     planned = plan_group(c.controller, c.sm.image, c.sm.next_offset, reqs, 0, max_records=2)
     assert len(planned) == 2 and [len(p.records) for p in planned] == [1, 1]
+
+
+class MovingQuorum(CountingQuorum):
+    """Before the first group's entry lands, another change of the same partition lands
+    (as a late append whose outcome was unknown would): the entry no longer applies."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sneak: list[Record] | None = None
+
+    async def append(self, epoch: int, records: list[Record], timeout_s: float) -> Any:
+        sneak, self.sneak = self.sneak, None
+        if sneak is not None:
+            await super().append(epoch, sneak, timeout_s)
+        return await super().append(epoch, records, timeout_s)
+
+
+async def _group_that_does_not_apply_is_retaken() -> None:
+    clock = ManualClock()
+    quorum = MovingQuorum()
+    config: Any = SimpleNamespace(node_id=0, http_address=lambda n: f"127.0.0.1:{n}")
+    node = ControllerNode(config, quorum, new_controller(), clock=clock)  # type: ignore[arg-type]
+    await node.start()
+    try:
+        for _ in range(50):
+            if node.active:
+                break
+            clock.advance(250)
+            for _ in range(20):
+                await asyncio.sleep(0)
+        epochs = {}
+        for b in (0, 1):
+            epochs[b] = (await node.register_broker(registration(b))).broker_epoch
+            await node.heartbeat(BrokerHeartbeatRequest(b, epochs[b], quorum.next_offset))
+        await node.create_topics(CreateTopicsRequest([CreatableTopic("t", 2, 2)]))
+        image = quorum.image()
+        tid = image.topic_ids["t"]
+        reg = image.topics[tid].partitions[0]
+        other = next(r for r in reg.replicas if r != reg.leader)
+        # Someone else's change: the follower leaves the ISR of partition 0 first.
+        quorum.sneak = [
+            PartitionChangeRecord(
+                tid, 0, (reg.leader,), reg.leader, reg.leader_epoch, reg.partition_epoch + 1
+            )
+        ]
+        item = AlterPartitionItem(0, reg.leader_epoch, reg.partition_epoch, [reg.leader])
+        req = AlterPartitionsRequest(
+            reg.leader, epochs[reg.leader], [AlterPartitionTopic(tid, [item])]
+        )
+        conf = IncrementalAlterConfigsRequest(4, "", {"x": "1"})
+        resp, _ = await asyncio.gather(node.alter_partitions(req), node.alter_configs(conf))
+        # Taken again alone on the new image: the partition epoch moved, and the config
+        # write that shared the entry still lands.
+        assert resp.results[0].error_code == Errors.INVALID_UPDATE_VERSION
+        assert quorum.image().configs[(4, "")]["x"] == "1"
+        assert quorum.image().topics[tid].partitions[0].isr == (reg.leader,)
+        assert other not in quorum.image().topics[tid].partitions[0].isr
+    finally:
+        await node.stop()
+
+
+def test_a_group_that_no_longer_applies_is_decided_again_request_by_request() -> None:
+    asyncio.run(_group_that_does_not_apply_is_retaken())
