@@ -86,8 +86,30 @@ def plan_group(
     for the next group): the answer is shorter than `requests`."""
     out: list[Planned] = []
     projected = image
-    count = 0  # records planned so far = the next one's position in the entry
+    count = 0  # records projected so far = the next one's position in the entry
+    # The last decision with records, not yet projected: only a later request needs the
+    # projection, so a group's last (or only) decision is never applied twice on the
+    # leader (a fencing of 10,000 partitions costs tens of milliseconds to apply).
+    pending: int | None = None
+
+    def settle() -> None:
+        nonlocal projected, count, pending
+        if pending is None:
+            return
+        i, pending = pending, None
+        decision = out[i].decision
+        assert decision is not None
+        try:
+            projected, _ = apply_records(
+                projected, next_offset + count, list(decision.records), encoded=False
+            )
+        except MetadataReplayError as exc:
+            out[i] = Planned(decision, invalid=str(exc))
+            return
+        count += len(decision.records)
+
     for request in requests:
+        settle()
         if count >= max_records:
             break
         try:
@@ -98,13 +120,8 @@ def plan_group(
         if not decision.records:
             out.append(Planned(decision))
             continue
-        try:
-            projected, _ = apply_records(
-                projected, next_offset + count, list(decision.records), encoded=False
-            )
-        except MetadataReplayError as exc:
-            out.append(Planned(decision, invalid=str(exc)))
-            continue
         out.append(Planned(decision, count))
-        count += len(decision.records)
+        pending = len(out) - 1
+    # A last decision left unprojected goes in unchecked: if its records do not apply,
+    # the state machine refuses the entry and the node decides each request again alone.
     return out

@@ -149,9 +149,14 @@ def test_a_decision_that_does_not_apply_is_answered_alone_and_left_out() -> None
     base = c.sm.image
     leader = base.topics[tid].partitions[0].leader
     req = batch(c, leader, tid, [shrink(c, tid, 0)])
-    planned = plan_group(Stale(), base, c.sm.next_offset, [req, req], 0)
+    conf = IncrementalAlterConfigsRequest(4, "", {"x": "1"})
+    planned = plan_group(Stale(), base, c.sm.next_offset, [req, req, conf], 0)
     assert planned[0].records and planned[1].invalid and not planned[1].records
     result = c.append([r for p in planned for r in p.records])
+    assert result.status == AppendStatus.OK
+    assert planned[2].answer(result)[1] == type(result)(
+        AppendStatus.OK, result.last_offset, result.last_offset
+    )
     resp, own = planned[1].answer(result)
     assert own is not None and own.status == AppendStatus.INVALID
     assert resp.results[0].error_code == Errors.INVALID_UPDATE_VERSION
