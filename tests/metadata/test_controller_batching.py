@@ -390,3 +390,62 @@ async def _group_that_does_not_apply_is_retaken() -> None:
 
 def test_a_group_that_no_longer_applies_is_decided_again_request_by_request() -> None:
     asyncio.run(_group_that_does_not_apply_is_retaken())
+
+
+# -- a group is the same as one request at a time -----------------------------------------------
+
+REQUESTS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            ["hb", "fence", "shutdown", "register", "config", "shrink", "grow", "topic"]
+        ),
+        st.integers(0, 3),
+        st.integers(0, 7),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def make_request(c: Cluster, kind: str, b: int, n: int) -> Any:
+    image = c.sm.image
+    epoch = image.brokers[b].broker_epoch if b in image.brokers else 0
+    if kind in ("hb", "fence", "shutdown"):
+        return BrokerHeartbeatRequest(
+            b, epoch, c.sm.next_offset, want_fence=kind == "fence", want_shutdown=kind == "shutdown"
+        )
+    if kind == "register":
+        return registration(b, 2 + n)
+    if kind == "config":
+        return IncrementalAlterConfigsRequest(4, "", {f"k{n % 3}": str(n)})
+    if kind == "topic":
+        return CreateTopicsRequest([CreatableTopic(f"n{n % 4}", 1 + n % 3, 2)])
+    tid = image.topic_ids["t"]
+    reg = image.topics[tid].partitions[n % 6]
+    isr = [reg.leader] if kind == "shrink" else list(reg.replicas)
+    item = AlterPartitionItem(n % 6, reg.leader_epoch, reg.partition_epoch, isr)
+    return AlterPartitionsRequest(max(reg.leader, 0), epoch, [AlterPartitionTopic(tid, [item])])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=REQUESTS)
+def test_a_group_answers_and_lands_as_the_same_requests_one_at_a_time(
+    ops: list[tuple[str, int, int]],
+) -> None:
+    one, group = cluster_with(6, brokers=4)[0], cluster_with(6, brokers=4)[0]
+    assert one.sm.image == group.sm.image
+    # Requests are built on the image before the group (as they arrive at the controller).
+    requests = [make_request(one, *op) for op in ops]
+    alone = []
+    for req in requests:
+        try:
+            alone.append(one.run(req, 5))
+        except Exception as exc:  # noqa: BLE001 - a raised refusal is an answer too
+            alone.append(repr(exc))
+    planned = plan_group(group.controller, group.sm.image, group.sm.next_offset, requests, 5)
+    records = [r for p in planned for r in p.records]
+    result = group.append(records) if records else None
+    assert result is None or result.status == AppendStatus.OK
+    together = [repr(p.error) if p.error else p.answer(result)[0] for p in planned]
+    assert together == alone
+    assert group.sm.image == one.sm.image
