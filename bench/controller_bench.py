@@ -1,6 +1,7 @@
 """Controller benchmark: committed metadata writes through the HTTP API of a real quorum.
 
     python -m bench.controller_bench [--clients 1,8,32] [--duration 4] [--latency-writes 5000]
+                                     [--alter-changes 1000] [--alter-modes batched,single]
                                      [--failovers 5] [--out bench/results/controller.json]
 
 Three `python -m kraft.controller_main` processes on 127.0.0.1
@@ -20,6 +21,10 @@ Client k always sets the same key, so the image stays small whatever the run len
 - Latency: one client, `--latency-writes` sequential writes after 100 untimed ones; each
   timed from request to answer (HTTP on loopback + decide + Raft commit + apply).
   Percentiles are nearest-rank.
+- AlterPartition (bench/controller_alter.py): 3 fake brokers, one topic of
+  `--alter-changes` partitions RF 3; each round changes every partition's ISR once
+  (shrink to the leader, then grow back), batched across partitions per request as
+  brokers send them, and one partition per request as they used to; changes/s per round.
 - Failover: SIGKILL the active controller; from the signal, the survivors are sent the
   same write in a loop (10 ms apart, 1 s timeout each, following 307 redirects) until
   one acknowledges it. Then the killed controller is restarted and the bench waits until
@@ -47,6 +52,7 @@ from typing import Any
 
 import aiohttp
 
+from bench.controller_alter import BenchError, alter_partition_case
 from bench.storage_bench import filesystem_of, write_results
 from kraft.tools.launcher import (
     LauncherError,
@@ -251,6 +257,17 @@ async def run_all(controllers: list[NodeProcess], args: argparse.Namespace) -> d
             f"p999 {latency['p999_ms']:.2f} ms",
             flush=True,
         )
+        alter: dict[str, Any] = {}
+        if args.alter_changes:
+            alter = await alter_partition_case(
+                session,
+                address,
+                changes=args.alter_changes,
+                rounds=args.alter_rounds,
+                modes=args.alter_modes,
+                chunk=args.alter_chunk,
+                concurrency=args.alter_concurrency,
+            )
         rounds = []
         for rnd in range(args.failovers):
             row = await failover_round(session, controllers, rnd)
@@ -268,7 +285,7 @@ async def run_all(controllers: list[NodeProcess], args: argparse.Namespace) -> d
             "max_s": max(times),
             "min_s": min(times),
         }
-    return {"throughput": rows, "latency": latency, "failover": failover}
+    return {"throughput": rows, "latency": latency, "alter_partition": alter, "failover": failover}
 
 
 def print_table(results: dict[str, Any]) -> None:
@@ -285,6 +302,14 @@ def print_table(results: dict[str, Any]) -> None:
         f"p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms, "
         f"p999 {lat['p999_ms']:.2f} ms, max {lat['max_ms']:.2f} ms"
     )
+    alter = results.get("alter_partition") or {}
+    for mode in ("batched", "single"):
+        if mode in alter:
+            print(
+                f"AlterPartition {mode}: {alter['partitions']} changes per round, "
+                f"median {alter[mode]['median_changes_per_s']:.0f} changes/s over "
+                f"{alter['rounds']} rounds"
+            )
     fo = results["failover"]
     if fo["rounds"]:
         each = " ".join(f"{r['failover_s']:.3f}" for r in fo["rounds"])
@@ -317,6 +342,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--failovers", type=int, default=5)
     parser.add_argument("--controllers", type=int, default=3)
     parser.add_argument(
+        "--alter-changes", type=int, default=1000, help="AlterPartition changes per round (0: skip)"
+    )
+    parser.add_argument("--alter-rounds", type=int, default=4)
+    parser.add_argument(
+        "--alter-modes",
+        type=lambda t: [m for m in t.split(",") if m],
+        default=["batched", "single"],
+        help="batched (/v1/partitions/alter-many) and/or single (/v1/partitions/alter)",
+    )
+    parser.add_argument(
+        "--alter-chunk", type=int, default=0, help="partitions per batched request (0: all)"
+    )
+    parser.add_argument(
+        "--alter-concurrency", type=int, default=32, help="single requests in flight"
+    )
+    parser.add_argument(
         "--dir", type=Path, default=REPO / "bench", help="where the scratch dir goes"
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch dir (logs)")
@@ -346,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"quorum up in {time.perf_counter() - started:.1f} s", flush=True)
         results = asyncio.run(run_all(controllers, args))
-    except (LauncherError, RuntimeError) as exc:
+    except (LauncherError, RuntimeError, BenchError) as exc:
         print(f"controller bench failed: {exc}", file=sys.stderr)
         return 1
     finally:
@@ -373,6 +414,11 @@ def main(argv: list[str] | None = None) -> int:
                 "latency_writes": args.latency_writes,
                 "latency_warmup_writes": LATENCY_WARMUP_WRITES,
                 "failovers": args.failovers,
+                "alter_changes": args.alter_changes,
+                "alter_rounds": args.alter_rounds,
+                "alter_modes": args.alter_modes,
+                "alter_chunk": args.alter_chunk,
+                "alter_concurrency": args.alter_concurrency,
                 "failover_retry_s": FAILOVER_RETRY_S,
                 "failover_request_timeout_s": FAILOVER_REQUEST_TIMEOUT_S,
                 "data_filesystem": filesystem,

@@ -39,6 +39,8 @@ from metadata_log.controller_api import (  # elections and quorum status
     AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterPartitionsRequest,
+    AlterPartitionsResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
     BrokerUnreachableRequest,
@@ -240,6 +242,10 @@ class ControllerChannel:
 
     async def alter_partition(self, req: AlterPartitionRequest) -> AlterPartitionResponse:
         return await self.post("/v1/partitions/alter", req, AlterPartitionResponse)
+
+    async def alter_partitions(self, req: AlterPartitionsRequest) -> AlterPartitionsResponse:
+        """Many partitions' ISR changes in one request (what the broker sends)."""
+        return await self.post("/v1/partitions/alter-many", req, AlterPartitionsResponse)
 
     async def allocate_producer_ids(self, broker_epoch: int) -> AllocateProducerIdsResponse:
         req = AllocateProducerIdsRequest(self.broker_id, max(0, broker_epoch))

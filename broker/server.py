@@ -87,7 +87,7 @@ class BrokerServer:
             security=config.inter_broker_security,
         )
         self.alter_partitions = AlterPartitionManager(
-            config.node_id, self.channel.alter_partition, lambda: self.lifecycle.broker_epoch
+            config.node_id, self.channel.alter_partitions, lambda: self.lifecycle.broker_epoch
         )
         # The configs now: server.properties under the dynamic broker configs.
         self.dynamic_config = DynamicBrokerConfig(

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from common.errors import Errors
 from kraft.decision import ControllerConfig, Decision
+from kraft.partition_index import PartitionIndex
 from metadata_log.controller_api import (
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
@@ -72,8 +73,9 @@ class BrokerTransition:
 
 
 class ClusterControlManager:
-    def __init__(self, config: ControllerConfig) -> None:
+    def __init__(self, config: ControllerConfig, index: PartitionIndex | None = None) -> None:
         self.config = config
+        self.index = index or PartitionIndex()
         self._last_seen: dict[int, int] = {}  # broker id -> last heartbeat (ms)
         # broker id -> when a sign that its process is gone arrived (after _last_seen)
         self._suspected: dict[int, int] = {}
@@ -174,14 +176,13 @@ class ClusterControlManager:
             # (Unfencing also ends a controlled shutdown: see UnfenceBrokerRecord's replay.)
             transition = BrokerTransition(newly_usable=frozenset({b.broker_id}))
             fenced = False
-        leads = any(
-            reg.leader == b.broker_id and len(reg.replicas) > 1
-            for t in image.topics.values()
-            for reg in t.partitions.values()
-        )
         # A broker may stop once its controlled shutdown has committed and it leads nothing
-        # that another replica could lead.
-        shut_down = req.want_shutdown and b.in_controlled_shutdown and not leads
+        # that another replica could lead (only its own partitions are looked at).
+        shut_down = (
+            req.want_shutdown
+            and b.in_controlled_shutdown
+            and not self._leads_replicated(image, b.broker_id)
+        )
         response = BrokerHeartbeatResponse(
             Errors.NONE, is_caught_up=caught_up, is_fenced=fenced, should_shut_down=shut_down
         )
@@ -209,6 +210,13 @@ class ClusterControlManager:
         ):
             self._suspected.setdefault(b.broker_id, now_ms)
         return Decision.answer(BrokerUnreachableResponse(Errors.NONE))
+
+    def _leads_replicated(self, image: MetadataImage, broker_id: int) -> bool:
+        for topic_id, p in self.index.of(image).led_by(broker_id):
+            reg = image.partition(topic_id, p)
+            if reg is not None and len(reg.replicas) > 1:
+                return True
+        return False
 
     def fence_expired(
         self, image: MetadataImage, now_ms: int

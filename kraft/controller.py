@@ -44,6 +44,7 @@ from kraft.cluster_control import BrokerTransition, ClusterControlManager
 from kraft.configuration_control import ConfigurationControlManager
 from kraft.decision import ControllerConfig, Decision
 from kraft.leader_balance import LeaderBalanceConfig, LeaderBalancer
+from kraft.partition_index import PartitionIndex
 from kraft.producer_id_control import ProducerIdControlManager
 from kraft.reassignment import ReassignmentControlManager
 from kraft.replication_control import ReplicationControlManager
@@ -52,6 +53,7 @@ from metadata_log.controller_api import (
     AllocateProducerIdsRequest,
     AlterPartitionReassignmentsRequest,
     AlterPartitionRequest,
+    AlterPartitionsRequest,
     AlterUserScramCredentialsRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
@@ -79,15 +81,17 @@ class QuorumController:
         new_acl_id: Callable[[], str] | None = None,  # default: the topic id generator
     ) -> None:
         self.config = config
-        self.cluster = ClusterControlManager(self.config)
+        # Partitions by broker, shared by the managers that act on one broker's partitions.
+        self.index = PartitionIndex()
+        self.cluster = ClusterControlManager(self.config, self.index)
         self.configuration = ConfigurationControlManager(self.config)
         self.replication = ReplicationControlManager(
-            self.config, self.cluster, self.configuration, new_topic_id
+            self.config, self.cluster, self.configuration, new_topic_id, self.index
         )
         self.producer_ids = ProducerIdControlManager(self.config)
         self.acls = AclControlManager(self.config, new_acl_id or new_topic_id)
         self.scram = ScramControlManager(self.config)
-        self.reassignment = ReassignmentControlManager(self.config, self.configuration)
+        self.reassignment = ReassignmentControlManager(self.config, self.configuration, self.index)
         self.leader_balance = LeaderBalancer(
             LeaderBalanceConfig(
                 config.auto_leader_rebalance_enable,
@@ -100,6 +104,7 @@ class QuorumController:
             BrokerHeartbeatRequest: self._heartbeat,
             BrokerUnreachableRequest: self.cluster.unreachable,
             AlterPartitionRequest: self._alter_partition,
+            AlterPartitionsRequest: self._alter_partitions,
             CreateTopicsRequest: self.replication.create_topics,
             DeleteTopicsRequest: self.replication.delete_topics,
             CreatePartitionsRequest: self.replication.create_partitions,
@@ -126,7 +131,9 @@ class QuorumController:
         """Fence brokers whose session expired; elect where leadership is missing; when
         nothing else changes, move leadership back to preferred replicas when due
         (kraft/leader_balance.py): its elections are taken on the image the fencing
-        changes already reached, never beside them in one batch."""
+        changes already reached, never beside them in one batch. Touches only the
+        partitions of expired brokers and the offline ones (kraft/partition_index.py),
+        never every partition."""
         records, transition = self.cluster.fence_expired(image, now_ms)
         records += self.replication.rebalance(image, transition, now_ms)
         if records:
@@ -144,6 +151,12 @@ class QuorumController:
         """An ISR change; when it completes a reassignment, the leader learns the new
         replicas (and maybe that it no longer leads) from the metadata log."""
         return self._completing(image, self.replication.alter_partition(image, req, now_ms))
+
+    def _alter_partitions(
+        self, image: MetadataImage, req: AlterPartitionsRequest, now_ms: int
+    ) -> Decision:
+        """ISR changes of many partitions, one batch (Kafka's AlterPartition)."""
+        return self._completing(image, self.replication.alter_partitions(image, req, now_ms))
 
     # -- broker state changes: the cluster's record, then the partitions' ---------------------
 

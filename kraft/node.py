@@ -8,10 +8,13 @@ a deposed leader may still think it leads for up to `leaderFallbackTimeout`. The
 fixes the first; the state machine refusing every batch whose controller epoch is older
 than the newest committed barrier fixes the second.
 
-How it decides: one write at a time (an asyncio.Lock around "decide on the committed
-image, append, respond"), so each decision sees the previous one's records. A decision
-that no longer applies when its batch reaches the state machine (INVALID: the image
-moved under it, e.g. a fencing tick) is taken again once on the new image.
+How it decides: group commit (kraft/group_commit.py). Writes queue; while one Raft entry
+is in flight the next requests wait, and then all of them are decided in order, each on
+the committed image plus the records of the ones before it, and appended as ONE entry.
+Every answer waits for that entry, so none reports state that has not committed. The
+state machine's compare-and-set re-checks everything at apply time: if the entry does not
+apply (INVALID: the image moved under the group, e.g. a batch whose outcome was unknown
+landed late), each request is decided again alone on the new image, as before.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import Errors
 from kraft.controller import QuorumController
 from kraft.controller_config import ControllerNodeConfig
+from kraft.group_commit import MAX_GROUP, plan_group
 from kraft.quorum import Quorum, QuorumError
 from kraft.service import ControllerApiError, NotActiveController
 from kraft.state_machine import AppendResult, AppendStatus
@@ -36,6 +40,8 @@ from metadata_log.controller_api import (
     AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterPartitionsRequest,
+    AlterPartitionsResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
     BrokerHeartbeatRequest,
@@ -66,6 +72,8 @@ from metadata_log.image import MetadataImage
 from metadata_log.records import ControllerEpochRecord, NoOpRecord, Record
 
 log = logging.getLogger("kraft.node")
+
+_Waiter = tuple[Any, "asyncio.Future[tuple[Any, AppendResult | None]]"]
 
 
 class ControllerNode:
@@ -99,7 +107,9 @@ class ControllerNode:
         # monotonic milliseconds, never wall time.
         self.clock = clock
         self._active_epoch: int | None = None  # term whose barrier committed, while leader
-        self._lock = asyncio.Lock()  # one decide+append at a time
+        self._lock = asyncio.Lock()  # one group (decide+append) at a time
+        self._queue: list[_Waiter] = []  # writes waiting for the next group
+        self._drainer: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._last_append_ms = 0
@@ -248,27 +258,83 @@ class ControllerNode:
             raise NotActiveController(self._leader_http())
 
     async def _write(self, request: Any) -> tuple[Any, AppendResult | None]:
-        """Decide on `request` on the committed image, append, and answer."""
-        self._require_active()  # fail fast, without queueing on the lock
-        async with self._lock:
-            result: AppendResult | None = None
-            for attempt in (1, 2):
-                epoch = self._require_active()
-                now_ms = self.clock.monotonic_ms()
-                decision = self.controller.decide(self.quorum.image(), request, now_ms)
-                if not decision.records:
-                    return decision.respond(None), None
-                result = await self._append(epoch, list(decision.records))
-                self._handle_stale(result)
-                if result.status != AppendStatus.INVALID:
-                    break
-                log.info(
-                    "stale decision re-taken node=%d attempt=%d: %s",
-                    self.node_id,
-                    attempt,
-                    result.error,
-                )
-            return decision.respond(result), result
+        """Queue `request` for the next group commit and wait for its answer."""
+        self._require_active()  # fail fast, without queueing
+        fut: asyncio.Future[tuple[Any, AppendResult | None]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._queue.append((request, fut))
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.create_task(self._drain(), name=f"writes-{self.node_id}")
+        return await fut
+
+    async def _drain(self) -> None:
+        """Commit the queue group by group: what arrived while one group was in flight is
+        decided together and appended as the next Raft entry (group commit)."""
+        while self._queue:
+            group = self._queue[:MAX_GROUP]
+            del self._queue[:MAX_GROUP]
+            try:
+                async with self._lock:
+                    await self._commit_group(group)
+            except Exception as exc:  # noqa: BLE001 - every waiter must hear of it
+                for _, fut in group:
+                    if not fut.done():
+                        fut.set_exception(exc)
+
+    async def _commit_group(self, group: list[_Waiter]) -> None:
+        epoch = self._require_active()
+        now_ms = self.clock.monotonic_ms()
+        base, first = self.quorum.image(), self.quorum.next_offset
+        planned = plan_group(self.controller, base, first, [req for req, _ in group], now_ms)
+        if len(planned) < len(group):  # the entry is full: the rest go first next time
+            self._queue[:0] = group[len(planned) :]
+            del group[len(planned) :]
+        records = [r for p in planned for r in p.records]
+        result: AppendResult | None = None
+        if records:
+            result = await self._append(epoch, records)  # TimeoutError: every waiter's
+            self._handle_stale(result)
+            if result.status == AppendStatus.INVALID:
+                # The committed image moved outside this pipeline (an append whose outcome
+                # was unknown landed late): take each decision again, one at a time.
+                log.info("group of %d re-taken one by one: %s", len(group), result.error)
+                for req, fut in group:
+                    if fut.done():
+                        continue
+                    try:
+                        fut.set_result(await self._write_one(req))
+                    except Exception as exc:  # noqa: BLE001
+                        fut.set_exception(exc)
+                return
+        for (_, fut), p in zip(group, planned, strict=True):
+            if fut.done():
+                continue
+            if p.error is not None:
+                fut.set_exception(p.error)
+            else:
+                fut.set_result(p.answer(result))
+
+    async def _write_one(self, request: Any) -> tuple[Any, AppendResult | None]:
+        """Decide on `request` on the committed image, append, and answer (the lock held)."""
+        result: AppendResult | None = None
+        for attempt in (1, 2):
+            epoch = self._require_active()
+            now_ms = self.clock.monotonic_ms()
+            decision = self.controller.decide(self.quorum.image(), request, now_ms)
+            if not decision.records:
+                return decision.respond(None), None
+            result = await self._append(epoch, list(decision.records))
+            self._handle_stale(result)
+            if result.status != AppendStatus.INVALID:
+                break
+            log.info(
+                "stale decision re-taken node=%d attempt=%d: %s",
+                self.node_id,
+                attempt,
+                result.error,
+            )
+        return decision.respond(result), result
 
     async def _call(self, request: Any) -> Any:
         response, _ = await self._write(request)
@@ -296,6 +362,9 @@ class ControllerNode:
         return resp
 
     async def alter_partition(self, req: AlterPartitionRequest) -> AlterPartitionResponse:
+        return await self._call(req)
+
+    async def alter_partitions(self, req: AlterPartitionsRequest) -> AlterPartitionsResponse:
         return await self._call(req)
 
     async def allocate_producer_ids(

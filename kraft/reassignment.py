@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from common.errors import Errors
 from kraft.configuration_control import ConfigurationControlManager
 from kraft.decision import ControllerConfig, Decision
+from kraft.partition_index import PartitionIndex
 from metadata_log.controller_api import (
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
@@ -196,10 +197,14 @@ def cancel_change(
 
 class ReassignmentControlManager:
     def __init__(
-        self, config: ControllerConfig, configuration: ConfigurationControlManager
+        self,
+        config: ControllerConfig,
+        configuration: ConfigurationControlManager,
+        index: PartitionIndex | None = None,
     ) -> None:
         self.config = config
         self._configuration = configuration
+        self.index = index or PartitionIndex()
 
     def alter_reassignments(
         self, image: MetadataImage, req: AlterPartitionReassignmentsRequest, now_ms: int
@@ -295,9 +300,7 @@ class ReassignmentControlManager:
         ISR that grew by AlterPartition, or shrank by a fencing, may now hold every
         target replica. The completing changes go in the same batch, after `records`."""
         records = list(records)
-        if not records or not any(
-            reg.is_reassigning for t in image.topics.values() for reg in t.partitions.values()
-        ):
+        if not records or not self.index.of(image).reassigning:
             return []
         delta = MetadataDelta(image)
         try:

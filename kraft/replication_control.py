@@ -20,10 +20,14 @@ from kraft.cluster_control import BrokerTransition, ClusterControlManager
 from kraft.configuration_control import ConfigurationControlManager
 from kraft.decision import ControllerConfig, Decision
 from kraft.election import PartitionView, elect, elect_on_request
+from kraft.partition_index import PartitionIndex
 from kraft.placement import PlacementError, assign_replicas
 from metadata_log.controller_api import (
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterPartitionResult,
+    AlterPartitionsRequest,
+    AlterPartitionsResponse,
     CreatableTopic,
     CreatableTopicResult,
     CreatePartitionsRequest,
@@ -56,11 +60,13 @@ class ReplicationControlManager:
         cluster: ClusterControlManager,
         configuration: ConfigurationControlManager,
         new_topic_id: Callable[[], str],
+        index: PartitionIndex | None = None,
     ) -> None:
         self.config = config
         self._cluster = cluster
         self._configuration = configuration
         self._new_topic_id = new_topic_id
+        self.index = index or PartitionIndex()
 
     # -- broker transitions ------------------------------------------------------------------
 
@@ -84,23 +90,45 @@ class ReplicationControlManager:
             and self._cluster.session_alive(b, now_ms)
         } | transition.newly_usable
         out: list[Record] = []
-        for topic_id in sorted(image.topics):
+        unclean_of: dict[str, bool] = {}
+        for topic_id, p in self.affected(image, transition, usable):
             topic = image.topics[topic_id]
-            unclean = self._configuration.unclean_leader_election(image, topic.name)
-            for p, reg in sorted(topic.partitions.items()):
-                change = elect(PartitionView.of(reg), usable, unclean, transition.restarted)
-                if change is not None:
-                    out.append(
-                        PartitionChangeRecord(
-                            topic_id,
-                            p,
-                            change.isr,
-                            change.leader,
-                            change.leader_epoch,
-                            change.partition_epoch,
-                        )
+            unclean = unclean_of.get(topic_id)
+            if unclean is None:
+                unclean = unclean_of[topic_id] = self._configuration.unclean_leader_election(
+                    image, topic.name
+                )
+            reg = topic.partitions[p]
+            change = elect(PartitionView.of(reg), usable, unclean, transition.restarted)
+            if change is not None:
+                out.append(
+                    PartitionChangeRecord(
+                        topic_id,
+                        p,
+                        change.isr,
+                        change.leader,
+                        change.leader_epoch,
+                        change.partition_epoch,
                     )
+                )
         return out
+
+    def affected(
+        self, image: MetadataImage, transition: BrokerTransition, usable: set[int]
+    ) -> list[tuple[str, int]]:
+        """The partitions `rebalance` may change, in (topic id, partition) order: those
+        hosted by a broker that is registered but not usable now (it must leave leaderships
+        and ISRs) and the offline ones (they may get a leader). Any other partition has a
+        usable leader and only usable ISR members, and `elect` leaves it as it is, as long
+        as every committed image came out of `rebalance` (every broker transition runs it);
+        tests/metadata/test_partition_index.py checks this against a walk of every
+        partition."""
+        index = self.index.of(image)
+        out = set(index.offline)
+        for b in image.brokers:
+            if b not in usable and (image.is_usable(b) or b in transition.unusable):
+                out |= index.hosted_by(b)
+        return sorted(out)
 
     # -- AlterPartition ----------------------------------------------------------------------
 
@@ -171,6 +199,39 @@ class ReplicationControlManager:
             ),
             # Another change landed first: the leader must refresh its state.
             AlterPartitionResponse(Errors.INVALID_UPDATE_VERSION),
+        )
+
+    def alter_partitions(
+        self, image: MetadataImage, req: AlterPartitionsRequest, now_ms: int
+    ) -> Decision:
+        """AlterPartition across partitions: each decided as `alter_partition` would alone
+        (same checks, same codes), the accepted changes in one batch. A partition named
+        twice is refused the second time (INVALID_REQUEST)."""
+        b = image.brokers.get(req.broker_id)
+        if b is None or b.broker_epoch != req.broker_epoch:
+            code = Errors.BROKER_ID_NOT_REGISTERED if b is None else Errors.STALE_BROKER_EPOCH
+            return Decision.answer(AlterPartitionsResponse(code))
+        records: list[Record] = []
+        results: list[AlterPartitionResult] = []
+        failed: list[AlterPartitionResult] = []
+        seen: set[tuple[str, int]] = set()
+        for item in req.items():
+            key = (item.topic_id, item.partition)
+            if key in seen:
+                one = Decision.answer(
+                    AlterPartitionResponse(Errors.INVALID_REQUEST, error_message="duplicate")
+                )
+            else:
+                one = self.alter_partition(image, item, now_ms)
+            seen.add(key)
+            records += one.records
+            results.append(_result(key, one.response))
+            failed.append(_result(key, one.failure if one.records else one.response))
+        return Decision(
+            tuple(records),
+            AlterPartitionsResponse(Errors.NONE, results),
+            # The batch did not apply: every change in it must be refreshed and retried.
+            AlterPartitionsResponse(Errors.NONE, failed),
         )
 
     # -- topics ------------------------------------------------------------------------------
@@ -385,3 +446,16 @@ class ReplicationControlManager:
             for r in results
         ]
         return Decision(tuple(records), ElectLeadersResponse(results), ElectLeadersResponse(failed))
+
+
+def _result(key: tuple[str, int], r: AlterPartitionResponse) -> AlterPartitionResult:
+    return AlterPartitionResult(
+        key[0],
+        key[1],
+        r.error_code,
+        r.leader,
+        r.leader_epoch,
+        r.partition_epoch,
+        r.isr,
+        r.error_message,
+    )

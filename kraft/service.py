@@ -16,6 +16,8 @@ from metadata_log.controller_api import (
     AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterPartitionsRequest,
+    AlterPartitionsResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
     BrokerHeartbeatRequest,
@@ -73,6 +75,7 @@ class ControllerService(Protocol):
         self, req: BrokerUnreachableRequest
     ) -> BrokerUnreachableResponse: ...
     async def alter_partition(self, req: AlterPartitionRequest) -> AlterPartitionResponse: ...
+    async def alter_partitions(self, req: AlterPartitionsRequest) -> AlterPartitionsResponse: ...
     async def allocate_producer_ids(
         self, req: AllocateProducerIdsRequest
     ) -> AllocateProducerIdsResponse: ...

@@ -107,16 +107,10 @@ class MetadataStateMachine:
                 error=f"controller epoch {controller_epoch} has committed no barrier",
             )
         first = self.next_offset
-        delta = MetadataDelta(self.image)
-        encoded = []
         try:
-            for i, record in enumerate(records):
-                record = self._assign(record, first + i, delta)
-                delta.replay(record, first + i)
-                encoded.append(encode(record))
+            image, encoded = apply_records(self.image, first, records)
         except MetadataReplayError as exc:
             return AppendResult(AppendStatus.INVALID, error=str(exc))
-        image = delta.apply()
         with self._lock:
             self.image = image
             self._tail.extend(encoded)
@@ -126,28 +120,6 @@ class MetadataStateMachine:
                 del self._tail[:excess]
                 self.tail_start += excess
         return AppendResult(AppendStatus.OK, first, first + len(encoded) - 1)
-
-    def _assign(self, record: Record, offset: int, delta: MetadataDelta) -> Record:
-        """Fill in what only apply time knows, and apply the compare-and-set rules."""
-        if isinstance(record, RegisterBrokerRecord):
-            return msgspec.structs.replace(record, broker_epoch=offset)
-        if isinstance(record, PartitionChangeRecord):
-            current = delta.apply().partition(record.topic_id, record.partition)
-            if current is None:
-                raise MetadataReplayError(f"no partition {record.topic_id}/{record.partition}")
-            if record.partition_epoch != current.partition_epoch + 1:
-                raise MetadataReplayError(
-                    f"partition epoch {record.partition_epoch} is not next after "
-                    f"{current.partition_epoch} for {record.topic_id}/{record.partition}"
-                )
-            if record.leader_epoch < current.leader_epoch:
-                raise MetadataReplayError("leader epoch may not decrease")
-        if (
-            isinstance(record, ProducerIdsRecord)
-            and record.next_producer_id <= delta.apply().next_producer_id
-        ):
-            raise MetadataReplayError("producer id block was already handed out")
-        return record
 
     # -- reads (any thread) ------------------------------------------------------------------
 
@@ -165,3 +137,40 @@ class MetadataStateMachine:
         """The current image and the next offset to fetch after it."""
         with self._lock:
             return self.image, self.next_offset
+
+
+def apply_records(
+    image: MetadataImage, first_offset: int, records: list[Record], *, encoded: bool = True
+) -> tuple[MetadataImage, list[bytes]]:
+    """The image after `records` at offsets `first_offset`... and their encodings, or
+    MetadataReplayError when one does not apply. The state machine's one rule book: the
+    active controller also runs it (encoded=False) to project pending decisions onto the
+    committed image, so a decision taken on the projection applies exactly as projected."""
+    delta = MetadataDelta(image)
+    out: list[bytes] = []
+    for i, record in enumerate(records):
+        record = _assign(record, first_offset + i, delta)
+        delta.replay(record, first_offset + i)
+        if encoded:
+            out.append(encode(record))
+    return delta.apply(), out
+
+
+def _assign(record: Record, offset: int, delta: MetadataDelta) -> Record:
+    """Fill in what only apply time knows, and apply the compare-and-set rules."""
+    if isinstance(record, RegisterBrokerRecord):
+        return msgspec.structs.replace(record, broker_epoch=offset)
+    if isinstance(record, PartitionChangeRecord):
+        current = delta.partition(record.topic_id, record.partition)
+        if current is None:
+            raise MetadataReplayError(f"no partition {record.topic_id}/{record.partition}")
+        if record.partition_epoch != current.partition_epoch + 1:
+            raise MetadataReplayError(
+                f"partition epoch {record.partition_epoch} is not next after "
+                f"{current.partition_epoch} for {record.topic_id}/{record.partition}"
+            )
+        if record.leader_epoch < current.leader_epoch:
+            raise MetadataReplayError("leader epoch may not decrease")
+    if isinstance(record, ProducerIdsRecord) and record.next_producer_id <= delta.next_producer_id:
+        raise MetadataReplayError("producer id block was already handed out")
+    return record

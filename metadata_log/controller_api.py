@@ -106,6 +106,78 @@ class AlterPartitionResponse(_Reply):
     error_message: str | None = None
 
 
+# AlterPartition across partitions (Kafka's AlterPartition request: topics x partitions).
+# A broker sends every pending ISR change of its partitions in one request; the controller
+# decides each partition on its own (one partition's refusal leaves the others) and
+# commits the accepted changes in one Raft entry.
+MAX_ALTER_PARTITIONS = 10_000  # partitions per request
+
+
+class AlterPartitionItem(_Body):
+    partition: PartitionId
+    leader_epoch: Int32
+    partition_epoch: Int32
+    new_isr: Annotated[list[NodeId], msgspec.Meta(min_length=1, max_length=1024)]
+    new_isr_broker_epochs: Annotated[list[Int64], msgspec.Meta(max_length=1024)] = []
+
+
+class AlterPartitionTopic(_Body):
+    topic_id: TopicId
+    partitions: Annotated[list[AlterPartitionItem], msgspec.Meta(max_length=MAX_ALTER_PARTITIONS)]
+
+
+class AlterPartitionsRequest(_Body):
+    broker_id: NodeId
+    broker_epoch: Int64
+    topics: Annotated[list[AlterPartitionTopic], msgspec.Meta(max_length=MAX_ALTER_PARTITIONS)]
+
+    def items(self) -> list[AlterPartitionRequest]:
+        """One single-partition request per partition, in the request's order."""
+        return [
+            AlterPartitionRequest(
+                self.broker_id,
+                self.broker_epoch,
+                t.topic_id,
+                p.partition,
+                p.leader_epoch,
+                p.partition_epoch,
+                p.new_isr,
+                p.new_isr_broker_epochs,
+            )
+            for t in self.topics
+            for p in t.partitions
+        ]
+
+
+class AlterPartitionResult(_Reply):
+    """One partition's answer: the fields of AlterPartitionResponse, with its address."""
+
+    topic_id: str
+    partition: int
+    error_code: int
+    leader: int = -1
+    leader_epoch: int = -1
+    partition_epoch: int = -1
+    isr: list[int] = msgspec.field(default_factory=list)
+    error_message: str | None = None
+
+    def response(self) -> AlterPartitionResponse:
+        return AlterPartitionResponse(
+            self.error_code,
+            self.leader,
+            self.leader_epoch,
+            self.partition_epoch,
+            self.isr,
+            self.error_message,
+        )
+
+
+class AlterPartitionsResponse(_Reply):
+    error_code: int  # request-level: NONE, or every partition failed (e.g. STALE_BROKER_EPOCH)
+    results: list[AlterPartitionResult] = msgspec.field(default_factory=list)  # request order
+    error_message: str | None = None
+
+
 class AllocateProducerIdsRequest(_Body):
     broker_id: NodeId
     broker_epoch: Int64

@@ -66,6 +66,9 @@ class MetadataDelta:
         self._next_producer_id = image.next_producer_id
         self._acls: dict[str, AclBinding] | None = None
         self._scram: dict[tuple[str, int], ScramCredential] | None = None
+        # Topics whose partitions dict this delta already copied since the last apply():
+        # a batch of 1,000 changes to one topic copies its partitions once, not 1,000 times.
+        self._owned: set[str] = set()
         # what changed
         self.changed_partitions: dict[str, set[int]] = {}
         self.created_topics: set[str] = set()
@@ -90,6 +93,16 @@ class MetadataDelta:
         if self._configs is None:
             self._configs = dict(self.base.configs)
         return self._configs
+
+    def partition(self, topic_id: str, partition: int) -> PartitionRegistration | None:
+        """The partition as replayed so far (None: no such partition)."""
+        topics = self.base.topics if self._topics is None else self._topics
+        topic = topics.get(topic_id)
+        return topic.partitions.get(partition) if topic else None
+
+    @property
+    def next_producer_id(self) -> int:
+        return self._next_producer_id
 
     def replay_all(self, records: Iterable[tuple[int, Record]]) -> None:
         for offset, record in records:
@@ -134,6 +147,7 @@ class MetadataDelta:
             if r.topic_id in topics or r.name in self._topic_ids:
                 raise MetadataReplayError(f"topic {r.name} ({r.topic_id}) exists")
             topics[r.topic_id] = TopicImage(r.name, r.topic_id, {})
+            self._owned.add(r.topic_id)
             self._topic_ids[r.name] = r.topic_id
             self.created_topics.add(r.topic_id)
         elif isinstance(r, PartitionRecord):
@@ -239,13 +253,18 @@ class MetadataDelta:
         topic = topics.get(topic_id)
         if topic is None:
             raise MetadataReplayError(f"partition {partition} of unknown topic {topic_id}")
-        partitions = dict(topic.partitions)
-        partitions[partition] = reg
-        topics[topic_id] = TopicImage(topic.name, topic.topic_id, partitions)
+        if topic_id in self._owned:
+            topic.partitions[partition] = reg  # our own copy, not yet in any image
+        else:
+            partitions = dict(topic.partitions)
+            partitions[partition] = reg
+            topics[topic_id] = TopicImage(topic.name, topic.topic_id, partitions)
+            self._owned.add(topic_id)
         self.changed_partitions.setdefault(topic_id, set()).add(partition)
 
     def apply(self) -> MetadataImage:
         """The image after every record replayed so far."""
+        self._owned.clear()  # the image shares the dicts now: copy again before changing
         b = self.base
         return MetadataImage(
             offset=self._offset,

@@ -87,9 +87,7 @@ class MetadataImage(msgspec.Struct, frozen=True):
     next_producer_id: int = 0
     acls: dict[str, AclBinding] = msgspec.field(default_factory=dict)  # by ACL id
     # (user name, common.scram.ScramMechanism code) -> credential
-    scram_credentials: dict[tuple[str, int], ScramCredential] = msgspec.field(
-        default_factory=dict
-    )
+    scram_credentials: dict[tuple[str, int], ScramCredential] = msgspec.field(default_factory=dict)
 
     def topic_by_name(self, name: str) -> TopicImage | None:
         topic_id = self.topic_ids.get(name)

@@ -98,9 +98,7 @@ def parse_offset_json(text: str, source: str) -> list[tuple[str, int, int]]:
         version = data.get("version", OFFSET_JSON_VERSION)
         if version != OFFSET_JSON_VERSION:
             raise CliError(f"Not supported version field value {version}")
-        out = [
-            (str(p["topic"]), int(p["partition"]), int(p["offset"])) for p in data["partitions"]
-        ]
+        out = [(str(p["topic"]), int(p["partition"]), int(p["offset"])) for p in data["partitions"]]
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CliError(
             f'{source}: expected {{"partitions": [{{"topic": ..., "partition": ..., '

@@ -73,6 +73,12 @@ WRITES: list[tuple[str, str, bytes, object, object]] = [
      b'"leader_epoch": 2, "partition_epoch": 5, "new_isr": [1, 2]}',
      api.AlterPartitionRequest(1, 10, "tid", 0, 2, 5, [1, 2]),
      api.AlterPartitionResponse(0, 1, 2, 6, [1, 2])),
+    ("/v1/partitions/alter-many", "alter_partitions",
+     b'{"broker_id": 1, "broker_epoch": 10, "topics": [{"topic_id": "tid", "partitions": '
+     b'[{"partition": 0, "leader_epoch": 2, "partition_epoch": 5, "new_isr": [1, 2]}]}]}',
+     api.AlterPartitionsRequest(
+         1, 10, [api.AlterPartitionTopic("tid", [api.AlterPartitionItem(0, 2, 5, [1, 2])])]),
+     api.AlterPartitionsResponse(0, [api.AlterPartitionResult("tid", 0, 0, 1, 2, 6, [1, 2])])),
     ("/v1/producer-ids", "allocate_producer_ids", b'{"broker_id": 1, "broker_epoch": 10}',
      api.AllocateProducerIdsRequest(1, 10), api.AllocateProducerIdsResponse(0, 1000, 1000)),
     ("/v1/topics", "create_topics",
@@ -158,6 +164,9 @@ class FakeService:
 
     async def alter_partition(self, req: Any) -> Any:
         return await self._write("alter_partition", req)
+
+    async def alter_partitions(self, req: Any) -> Any:
+        return await self._write("alter_partitions", req)
 
     async def allocate_producer_ids(self, req: Any) -> Any:
         return await self._write("allocate_producer_ids", req)
