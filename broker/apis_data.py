@@ -40,6 +40,15 @@ from broker.codec import (
     encode_produce_response,
     encode_response,
 )
+from broker.fetch_session import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
+    CachedPartition,
+    FetchSession,
+    Key,
+    SessionError,
+)
 from broker.results import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
 from common.acl import CLUSTER_NAME, AclOperation, ResourceType
 from common.api_keys import ApiKey
@@ -212,19 +221,115 @@ FetchPlan = list[tuple[str | uuid.UUID, list[tuple[int, FetchPartition | int]]]]
 async def handle_fetch(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     rm = apis.replica_manager
     version = header.api_version
-    if getattr(body, "session_id", 0) != 0:  # we never hand out fetch sessions
-        return fetch_error(header, body, Errors.FETCH_SESSION_ID_NOT_FOUND)
-    if getattr(body, "session_epoch", -1) not in (-1, 0):
-        return fetch_error(header, body, Errors.INVALID_FETCH_SESSION_EPOCH)
     max_bytes = getattr(body, "max_bytes", INT32_MAX)
     if max_bytes < 0:
         return fetch_error(header, body, Errors.INVALID_REQUEST)
+    # KIP-227 (v7+): which fetch context the (session id, epoch) select.
+    sessions = rm.fetch_sessions
+    session: FetchSession | None = None
+    create = False
+    if version >= 7:
+        session_id, epoch = body.session_id, body.session_epoch
+        if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch, closing any named session
+            if session_id != INVALID_SESSION_ID:
+                sessions.remove(session_id)
+            create = epoch == INITIAL_EPOCH
+        else:
+            try:
+                session = sessions.incremental(session_id, epoch, version >= 13)
+            except SessionError as e:
+                return encode_fetch_response(version, header.correlation_id, e.error_code, [])
     max_wait_ms = to_ms(body.max_wait)
     if version >= 15:
         replica_id, replica_epoch = body.replica_state.replica_id, body.replica_state.replica_epoch
     else:
         replica_id, replica_epoch = getattr(body, "replica_id", -1), -1
     isolation = getattr(body, "isolation_level", 0)
+    requested = _requested(body, version)
+    if session is not None:
+        session.update((kp for _, ps in requested for kp in ps), _forgotten(body, version))
+        requested = _session_topics(session.partitions)
+    plan, reads = _plan(apis, requested, version, replica_id, replica_epoch)
+    topics, total, answer_now = _read(rm, plan, max_bytes, replica_id, isolation, {})
+    # Kafka's DelayedFetch rule: answer at once on errors, enough bytes, or no wait.
+    if reads and not answer_now and max_wait_ms > 0 and total < body.min_bytes:
+        # The wait's last look read the partitions: the answer reuses those reads.
+        found = await rm.wait_for_data(reads, body.min_bytes, max_wait_ms, replica_id, isolation)
+        topics, total, answer_now = _read(rm, plan, max_bytes, replica_id, isolation, found)
+    out_session = INVALID_SESSION_ID
+    now = rm.now_ms()
+    if session is not None:
+        topics = _incremental_answer(session, topics)
+        sessions.touch(session, now)
+        out_session = session.id
+    elif create:
+        cached = dict(kp for _, ps in requested for kp in ps)
+        made = sessions.create(replica_id >= 0, version >= 13, cached, now)
+        if made is not None:
+            _remember(made, topics)
+            out_session = made.id
+    return encode_fetch_response(
+        version,
+        header.correlation_id,
+        Errors.NONE,
+        topics,
+        read_committed=isolation == 1,
+        session_id=out_session,
+    )
+
+
+# A fetch's partitions by topic: (topic name or id, [(partition, its position)]).
+Requested = list[tuple[Any, list[tuple[Key, CachedPartition]]]]
+
+
+def _requested(body: Any, version: int) -> list[tuple[Any, list[tuple[Key, CachedPartition]]]]:
+    out = []
+    for t in body.topics:
+        topic = (t.topic_id or _ZERO_UUID) if version >= 13 else t.topic
+        out.append(
+            (
+                topic,
+                [
+                    (
+                        (topic, p.partition),
+                        CachedPartition(
+                            p.fetch_offset,
+                            p.partition_max_bytes,
+                            getattr(p, "current_leader_epoch", -1),
+                            getattr(p, "last_fetched_epoch", -1),
+                            getattr(p, "log_start_offset", -1),
+                        ),
+                    )
+                    for p in t.partitions
+                ],
+            )
+        )
+    return out
+
+
+def _forgotten(body: Any, version: int) -> list[Key]:
+    out: list[Key] = []
+    for t in getattr(body, "forgotten_topics_data", ()):
+        topic = (t.topic_id or _ZERO_UUID) if version >= 13 else t.topic
+        out.extend((topic, p) for p in t.partitions)
+    return out
+
+
+def _session_topics(parts: dict[Key, CachedPartition]) -> Requested:
+    """A session's partitions, adjacent ones of a topic grouped (as Kafka's response)."""
+    out: Requested = []
+    last: object = None
+    for key, p in parts.items():
+        if not out or key[0] != last:
+            last = key[0]
+            out.append((last, []))
+        out[-1][1].append((key, p))
+    return out
+
+
+def _plan(
+    apis: BrokerApis, requested: Requested, version: int, replica_id: int, replica_epoch: int
+) -> tuple[FetchPlan, list[FetchPartition]]:
     # Kafka: a follower needs CLUSTER_ACTION on the cluster, else every partition is
     # refused; a consumer needs READ on each topic.
     authz = apis.authorizer is not None
@@ -236,14 +341,12 @@ async def handle_fetch(apis: BrokerApis, header: RequestHeader, body: Any) -> Re
     image = apis.image()
     plan: FetchPlan = []
     reads: list[FetchPartition] = []
-    for t in body.topics:
-        key: str | uuid.UUID
+    for key, parts in requested:
         if version >= 13:
-            key = t.topic_id or _ZERO_UUID
-            name = apis.topic_name_by_id(t.topic_id)
+            name = apis.topic_name_by_id(key)
             missing = Errors.UNKNOWN_TOPIC_ID
         else:
-            key = name = t.topic
+            name = key
             missing = Errors.UNKNOWN_TOPIC_OR_PARTITION
         denied = follower_denied or (
             authz
@@ -253,38 +356,66 @@ async def handle_fetch(apis: BrokerApis, header: RequestHeader, body: Any) -> Re
         )
         topic = image.topic_by_name(name) if name is not None else None
         items: list[tuple[int, FetchPartition | int]] = []
-        for p in t.partitions:
+        for (_, index), p in parts:
             if denied:
-                items.append((p.partition, Errors.TOPIC_AUTHORIZATION_FAILED))
+                items.append((index, Errors.TOPIC_AUTHORIZATION_FAILED))
             elif topic is None:
-                items.append((p.partition, missing))
-            elif p.partition not in topic.partitions:
-                items.append((p.partition, Errors.UNKNOWN_TOPIC_OR_PARTITION))
-            elif p.partition_max_bytes < 0:
-                items.append((p.partition, Errors.INVALID_REQUEST))
+                items.append((index, missing))
+            elif index not in topic.partitions:
+                items.append((index, Errors.UNKNOWN_TOPIC_OR_PARTITION))
+            elif p.max_bytes < 0:
+                items.append((index, Errors.INVALID_REQUEST))
             else:
                 fp = FetchPartition(
                     topic.name,
-                    p.partition,
+                    index,
                     p.fetch_offset,
-                    p.partition_max_bytes,
-                    getattr(p, "current_leader_epoch", -1),
-                    getattr(p, "last_fetched_epoch", -1),
+                    p.max_bytes,
+                    p.current_leader_epoch,
+                    p.last_fetched_epoch,
                     replica_epoch,
-                    getattr(p, "log_start_offset", -1),
+                    p.log_start_offset,
                 )
-                items.append((p.partition, fp))
+                items.append((index, fp))
                 reads.append(fp)
         plan.append((key, items))
-    topics, total, answer_now = _read(rm, plan, max_bytes, replica_id, isolation, {})
-    # Kafka's DelayedFetch rule: answer at once on errors, enough bytes, or no wait.
-    if reads and not answer_now and max_wait_ms > 0 and total < body.min_bytes:
-        # The wait's last look read the partitions: the answer reuses those reads.
-        found = await rm.wait_for_data(reads, body.min_bytes, max_wait_ms, replica_id, isolation)
-        topics, total, answer_now = _read(rm, plan, max_bytes, replica_id, isolation, found)
-    return encode_fetch_response(
-        version, header.correlation_id, Errors.NONE, topics, read_committed=isolation == 1
-    )
+    return plan, reads
+
+
+def _remember(session: FetchSession, topics: list[FetchTopicOut]) -> None:
+    """A new session's first (full) answer: what it told each partition."""
+    parts = session.partitions
+    for key, answered in topics:
+        for index, r, _records in answered:
+            p = parts.get((key, index))
+            if p is not None:
+                p.must_respond(r.error_code, r.high_watermark, r.log_start_offset, False, False)
+
+
+def _incremental_answer(session: FetchSession, topics: list[FetchTopicOut]) -> list[FetchTopicOut]:
+    """Only the partitions with news (`CachedPartition.must_respond`)."""
+    parts = session.partitions
+    out: list[FetchTopicOut] = []
+    answered: list[Key] = []
+    for key, items in topics:
+        kept = []
+        for item in items:
+            index, r, records = item
+            p = parts.get((key, index))
+            has_records = (
+                records is not None
+                and (records.size if isinstance(records, FileSlice) else len(records)) > 0
+            )
+            other = r.diverging_epoch is not None or r.preferred_read_replica >= 0
+            if p is None or p.must_respond(
+                r.error_code, r.high_watermark, r.log_start_offset, has_records, other
+            ):
+                kept.append(item)
+                answered.append((key, index))
+        if kept:
+            out.append((key, kept))
+    session.rotate(answered)
+    return out
 
 
 def _read(
