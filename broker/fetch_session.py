@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from common.errors import Errors
 
@@ -225,3 +226,46 @@ class FetchSessionCache:
         del self._sessions[victim.id]
         self.evictions += 1
         return True
+
+
+# -- the client side (our follower fetcher) -----------------------------------------------------
+
+K = TypeVar("K", bound=Hashable)
+S = TypeVar("S")
+
+
+class ClientSession(Generic[K, S]):
+    """A fetcher's side of a session with one leader (Kafka's FetchSessionHandler):
+    each partition's fetch state as we last sent it, so the next fetch carries only
+    those whose state changed and forgets those we no longer fetch."""
+
+    def __init__(self) -> None:
+        self.id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH  # the next fetch is full and asks for a (new) session
+        self.sent: dict[K, S] = {}
+
+    def request(self, ready: dict[K, S]) -> tuple[tuple[int, int], dict[K, S], list[K]]:
+        """((session id, epoch), the partitions to send, the ones to forget)."""
+        if self.epoch == INITIAL_EPOCH:
+            return (self.id, INITIAL_EPOCH), ready, []
+        sent = self.sent
+        changed = {k: st for k, st in ready.items() if sent.get(k) != st}
+        return (self.id, self.epoch), changed, [k for k in sent if k not in ready]
+
+    def answered(self, session_id: int, ready: dict[K, S]) -> None:
+        """The leader answered the fetch built from `ready` without error."""
+        if self.epoch == INITIAL_EPOCH:
+            self.id = session_id
+            # No session (no slot for us): full fetches go on, each asking again.
+            self.epoch = 1 if session_id != INVALID_SESSION_ID else INITIAL_EPOCH
+        else:
+            self.epoch = next_epoch(self.epoch)
+        self.sent = dict(ready)
+
+    def reset(self, close_existing: bool) -> None:
+        """The next fetch is full: it replaces our session (`close_existing`, e.g. after
+        a lost connection) or starts from none (the leader no longer knows it)."""
+        if not close_existing:
+            self.id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH
+        self.sent = {}

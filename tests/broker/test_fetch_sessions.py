@@ -229,3 +229,56 @@ def test_kafka_python_consumes_through_an_incremental_session(broker: BrokerThre
         wait_until(incremental, what="incremental fetches")
     finally:
         consumer.close()
+
+
+def test_the_follower_decoder_reads_the_broker_encoder_without_copying() -> None:
+    """broker/fetcher.py decodes Fetch v15 by hand: it must read what broker/codec.py
+    writes (aborted transactions, diverging epochs, unknown topics skipped), with the
+    records as views into the frame."""
+    from broker.codec import encode_fetch_response
+    from broker.fetcher import decode_fetch
+    from broker.results import FetchResult
+    from storage.txn_index import AbortedTxn
+
+    known, unknown = uuid.uuid4(), uuid.uuid4()
+    data = batch(3)
+    topics: list[Any] = [
+        (unknown, [(0, FetchResult(0, 9, 9, 0, data), data)]),
+        (
+            known,
+            [
+                (0, FetchResult(0, 5, 4, 1, data, aborted=(AbortedTxn(7, 2, 3, 4),)), data),
+                (1, FetchResult(0, 5, 5, 0, diverging_epoch=(3, 42)), None),
+                (2, FetchResult(Errors.NOT_LEADER_OR_FOLLOWER), None),
+            ],
+        ),
+    ]
+    parts = encode_fetch_response(15, 77, 0, topics, read_committed=True, session_id=1234)
+    frame = b"".join(bytes(p) for p in parts)[4:]
+    answer = decode_fetch(frame, {known: "k"})
+    assert (answer.correlation_id, answer.error_code, answer.session_id) == (77, 0, 1234)
+    a = answer.answers
+    assert set(a) == {("k", 0), ("k", 1), ("k", 2)}
+    assert (a["k", 0].high_watermark, a["k", 0].log_start_offset) == (5, 1)
+    assert isinstance(a["k", 0].records, memoryview) and a["k", 0].records.obj is frame
+    assert bytes(a["k", 0].records) == data
+    assert a["k", 1].diverging_epoch == (3, 42) and a["k", 1].records is None
+    assert a["k", 2].error_code == Errors.NOT_LEADER_OR_FOLLOWER
+    assert a["k", 0].diverging_epoch is None
+
+
+def test_the_client_session_sends_only_changes() -> None:
+    from broker.fetch_session import ClientSession
+
+    s: ClientSession[str, int] = ClientSession()
+    assert s.request({"a": 1, "b": 2}) == ((0, 0), {"a": 1, "b": 2}, [])
+    s.answered(55, {"a": 1, "b": 2})
+    assert s.request({"a": 1, "b": 3}) == ((55, 1), {"b": 3}, [])
+    s.answered(55, {"a": 1, "b": 3})
+    assert s.request({"b": 3}) == ((55, 2), {}, ["a"])
+    s.reset(close_existing=True)  # a lost connection: (55, 0) replaces the session
+    assert s.request({"b": 3}) == ((55, 0), {"b": 3}, [])
+    s.reset(close_existing=False)  # the leader lost it: (0, 0)
+    assert s.request({"b": 3})[0] == (0, 0)
+    s.answered(0, {"b": 3})  # no slot for us: full fetches go on
+    assert s.request({"b": 3}) == ((0, 0), {"b": 3}, [])
