@@ -54,6 +54,7 @@ from kio.schema.types import BrokerId
 from kio.serial import entity_writer
 from kio.static.primitive import i16, i32, i64
 
+from broker.connection import FrameReceiver
 from broker.fetch_session import ClientSession
 from broker.security.inter_broker_login import connect
 from broker.security.listener_security import InterBrokerClientSecurity
@@ -273,7 +274,7 @@ class LeaderFetcher:
         self.lock = asyncio.Lock()  # held while an answer is applied
         self._wake = asyncio.Event()
         self._correlation = itertools.count(1)
-        self._reader: asyncio.StreamReader | None = None
+        self._reader: FrameReceiver | None = None
         self._writer: asyncio.StreamWriter | None = None
         # KIP-227: only partitions whose state changed are sent.
         self.session: ClientSession[TP, FollowerFetchState] = ClientSession()
@@ -305,9 +306,14 @@ class LeaderFetcher:
         if endpoint is None:
             raise ConnectionError(f"no endpoint known for broker {self.source_id}")
         async with asyncio.timeout(self.cfg.socket_timeout_ms / 1000):
-            self._reader, self._writer = await connect(
+            reader, self._writer = await connect(
                 *endpoint, self.security, f"broker-{self.broker_id}-fetcher"
             )
+        # From here frames are read straight into their buffers (no StreamReader
+        # copies); what the login left unread (nothing, in lock-step) is kept.
+        leftover = bytes(getattr(reader, "_buffer", b""))
+        self._reader = FrameReceiver(2 * self.cfg.max_bytes + (1 << 20), leftover)
+        self._writer.transport.set_protocol(self._reader)
 
     async def _run(self) -> None:
         clock = self.clock
@@ -389,10 +395,7 @@ class LeaderFetcher:
         self._writer.write(frame)
         await self._writer.drain()
         async with asyncio.timeout((self.cfg.max_wait_ms + self.cfg.socket_timeout_ms) / 1000):
-            (size,) = _SIZE.unpack(await self._reader.readexactly(4))
-            if size < 0 or size > 2 * self.cfg.max_bytes + (1 << 20):
-                raise ConnectionError(f"broker {self.source_id} sent a {size}-byte frame")
-            body = await self._reader.readexactly(size)
+            body = await self._reader.read_frame()
         answer = decode_fetch(body, {_uuid(st.topic_id): tp[0] for tp, st in ready.items()})
         if answer.correlation_id != cid:
             raise ConnectionError(f"correlation id {answer.correlation_id} does not match {cid}")

@@ -282,3 +282,46 @@ def test_the_client_session_sends_only_changes() -> None:
     assert s.request({"b": 3})[0] == (0, 0)
     s.answered(0, {"b": 3})  # no slot for us: full fetches go on
     assert s.request({"b": 3}) == ((0, 0), {"b": 3}, [])
+
+
+def test_the_fetchers_frame_receiver_reads_frames_in_any_chunks() -> None:
+    """broker/connection.py's FrameReceiver (the follower's side of a connection):
+    frames split anywhere, several in one read, a big one read into its own buffer,
+    and a bad size or a closed connection raised to the reader. Buffers are filled the
+    way SSLProtocol fills them (through a slice of the buffer given)."""
+    import asyncio
+    import struct
+
+    from broker.connection import FrameReceiver
+
+    def framed(body: bytes) -> bytes:
+        return struct.pack(">i", len(body)) + body
+
+    async def main() -> None:
+        big = bytes(range(256)) * 1000
+        stream = framed(b"one") + framed(b"") + framed(big) + framed(b"two")
+        r = FrameReceiver(1 << 20, leftover=stream[:2])
+        pos = 2
+        for step in (1, 5, 3, 70_000, 7, 200_000, 10_000):  # arbitrary reads
+            chunk = stream[pos : pos + step]
+            pos += len(chunk)
+            while chunk:
+                buf = r.get_buffer(-1)
+                n = min(len(buf), len(chunk))
+                half = n // 2
+                buf[:half] = chunk[:half]
+                tail = buf[half:]  # as SSLProtocol fills the rest: must not be a copy
+                tail[: n - half] = chunk[half:n]
+                chunk = chunk[n:]
+                r.buffer_updated(n)
+        assert pos == len(stream)
+        got = [bytes(await r.read_frame()) for _ in range(4)]
+        assert got == [b"one", b"", big, b"two"]
+        r.connection_lost(None)
+        with pytest.raises(ConnectionResetError):
+            await r.read_frame()
+        bad = FrameReceiver(10, leftover=struct.pack(">i", 11))
+        with pytest.raises(ConnectionError):
+            await bad.read_frame()
+
+    asyncio.run(main())
