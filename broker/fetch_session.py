@@ -258,6 +258,9 @@ class ClientSession(Generic[K, S]):
             self.id = session_id
             # No session (no slot for us): full fetches go on, each asking again.
             self.epoch = 1 if session_id != INVALID_SESSION_ID else INITIAL_EPOCH
+        elif session_id != self.id:  # the leader ended it (an error answer): start again
+            self.reset(close_existing=False)
+            return
         else:
             self.epoch = next_epoch(self.epoch)
         self.sent = dict(ready)

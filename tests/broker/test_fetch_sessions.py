@@ -276,6 +276,9 @@ def test_the_client_session_sends_only_changes() -> None:
     assert s.request({"a": 1, "b": 3}) == ((55, 1), {"b": 3}, [])
     s.answered(55, {"a": 1, "b": 3})
     assert s.request({"b": 3}) == ((55, 2), {}, ["a"])
+    s.answered(0, {"b": 3})  # an answer outside the session (an error): start again
+    assert s.request({"b": 3}) == ((0, 0), {"b": 3}, [])
+    s.answered(55, {"b": 3})
     s.reset(close_existing=True)  # a lost connection: (55, 0) replaces the session
     assert s.request({"b": 3}) == ((55, 0), {"b": 3}, [])
     s.reset(close_existing=False)  # the leader lost it: (0, 0)
