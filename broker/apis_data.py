@@ -2,10 +2,10 @@
 
 Produce and Fetch are the hot path: work per partition and per batch, never per record;
 their responses are hand-written (`codec.encode_produce_response` /
-`encode_fetch_response`). Handlers call the replica manager directly. A produce is
-checked here, once: authorization, acks, then each batch's header and CRC
-(`validate_records`); the checked batches go down to the log, which does not parse or
-check them again.
+`encode_fetch_response`). Fetch lives in broker/apis_fetch.py (with fetch sessions).
+Handlers call the replica manager directly. A produce is checked here, once:
+authorization, acks, then each batch's header and CRC (`validate_records`); the checked
+batches go down to the log, which does not parse or check them again.
 
 Authorization follows Kafka's KafkaApis: one decision per topic (never per partition or
 record), refused topics answer TOPIC_AUTHORIZATION_FAILED and the others go on; with no
@@ -17,7 +17,6 @@ authorizer the only cost is reading `apis.authorizer` once per request.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import struct
 import uuid
@@ -32,20 +31,18 @@ from broker.apis_common import (
     error_code_of,
     to_ms,
 )
+from broker.apis_fetch import fetch_error, handle_fetch
 from broker.apis_txn import init_transactional_producer_id
 from broker.codec import (
-    FetchTopicOut,
     RequestHeader,
-    encode_fetch_response,
     encode_produce_response,
     encode_response,
 )
-from broker.results import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from broker.results import ListOffsetResult, ProduceResult
 from common.acl import CLUSTER_NAME, AclOperation, ResourceType
 from common.api_keys import ApiKey
 from common.errors import Errors
 from common.topics import INTERNAL_TOPICS
-from storage.log_types import FetchDataInfo
 from storage.record_batch import (
     ATTRIBUTES,
     CONTROL_MASK,
@@ -55,10 +52,9 @@ from storage.record_batch import (
     RecordBatchError,
     validate_records,
 )
-from storage.segment import FileSlice
 
 if TYPE_CHECKING:
-    from broker.replica_manager import ReplicaManager
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -201,159 +197,6 @@ def produce_error(header: RequestHeader, body: Any, code: int) -> Response:
         for t in body.topic_data
     ]
     return encode_produce_response(header.api_version, header.correlation_id, topics)
-
-
-# -- Fetch -----------------------------------------------------------------------------------
-
-# A fetch plan: per topic (name or UUID), per partition the read to make or an error code.
-FetchPlan = list[tuple[str | uuid.UUID, list[tuple[int, FetchPartition | int]]]]
-
-
-async def handle_fetch(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
-    rm = apis.replica_manager
-    version = header.api_version
-    if getattr(body, "session_id", 0) != 0:  # we never hand out fetch sessions
-        return fetch_error(header, body, Errors.FETCH_SESSION_ID_NOT_FOUND)
-    if getattr(body, "session_epoch", -1) not in (-1, 0):
-        return fetch_error(header, body, Errors.INVALID_FETCH_SESSION_EPOCH)
-    max_bytes = getattr(body, "max_bytes", INT32_MAX)
-    if max_bytes < 0:
-        return fetch_error(header, body, Errors.INVALID_REQUEST)
-    max_wait_ms = to_ms(body.max_wait)
-    if version >= 15:
-        replica_id, replica_epoch = body.replica_state.replica_id, body.replica_state.replica_epoch
-    else:
-        replica_id, replica_epoch = getattr(body, "replica_id", -1), -1
-    isolation = getattr(body, "isolation_level", 0)
-    # Kafka: a follower needs CLUSTER_ACTION on the cluster, else every partition is
-    # refused; a consumer needs READ on each topic.
-    authz = apis.authorizer is not None
-    follower_denied = (
-        authz
-        and replica_id >= 0
-        and not apis.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
-    )
-    image = apis.image()
-    plan: FetchPlan = []
-    reads: list[FetchPartition] = []
-    for t in body.topics:
-        key: str | uuid.UUID
-        if version >= 13:
-            key = t.topic_id or _ZERO_UUID
-            name = apis.topic_name_by_id(t.topic_id)
-            missing = Errors.UNKNOWN_TOPIC_ID
-        else:
-            key = name = t.topic
-            missing = Errors.UNKNOWN_TOPIC_OR_PARTITION
-        denied = follower_denied or (
-            authz
-            and replica_id < 0
-            and name is not None
-            and not apis.authorize(AclOperation.READ, ResourceType.TOPIC, name)
-        )
-        topic = image.topic_by_name(name) if name is not None else None
-        items: list[tuple[int, FetchPartition | int]] = []
-        for p in t.partitions:
-            if denied:
-                items.append((p.partition, Errors.TOPIC_AUTHORIZATION_FAILED))
-            elif topic is None:
-                items.append((p.partition, missing))
-            elif p.partition not in topic.partitions:
-                items.append((p.partition, Errors.UNKNOWN_TOPIC_OR_PARTITION))
-            elif p.partition_max_bytes < 0:
-                items.append((p.partition, Errors.INVALID_REQUEST))
-            else:
-                fp = FetchPartition(
-                    topic.name,
-                    p.partition,
-                    p.fetch_offset,
-                    p.partition_max_bytes,
-                    getattr(p, "current_leader_epoch", -1),
-                    getattr(p, "last_fetched_epoch", -1),
-                    replica_epoch,
-                    getattr(p, "log_start_offset", -1),
-                )
-                items.append((p.partition, fp))
-                reads.append(fp)
-        plan.append((key, items))
-    topics, total, answer_now = _read(rm, plan, max_bytes, replica_id, isolation, {})
-    # Kafka's DelayedFetch rule: answer at once on errors, enough bytes, or no wait.
-    if reads and not answer_now and max_wait_ms > 0 and total < body.min_bytes:
-        # The wait's last look read the partitions: the answer reuses those reads.
-        found = await rm.wait_for_data(reads, body.min_bytes, max_wait_ms, replica_id, isolation)
-        topics, total, answer_now = _read(rm, plan, max_bytes, replica_id, isolation, found)
-    return encode_fetch_response(
-        version, header.correlation_id, Errors.NONE, topics, read_committed=isolation == 1
-    )
-
-
-def _read(
-    rm: ReplicaManager,
-    plan: FetchPlan,
-    max_bytes: int,
-    replica_id: int,
-    isolation: int,
-    found: dict[FetchPartition, FetchDataInfo],
-) -> tuple[list[FetchTopicOut], int, bool]:
-    """One pass over the partitions in request order, within the response's byte budget.
-
-    KIP-74: the first partition with data gets at least its first whole batch (the log
-    returns it even past `max_bytes`); later partitions get what the budget leaves, cut
-    to it (a partial trailing batch, which clients drop, exactly as Kafka sends).
-    `found`: reads `wait_for_data` made of whole partitions (`max_bytes` each), used
-    where the budget leaves a partition all of its `max_bytes`.
-    """
-    budget = max_bytes
-    total = 0
-    answer_now = False
-    topics: list[FetchTopicOut] = []
-    for key, items in plan:
-        parts: list[tuple[int, FetchResult, FileSlice | bytes | None]] = []
-        for index, item in items:
-            if isinstance(item, int):
-                parts.append((index, FetchResult(item), None))
-                answer_now = True
-                continue
-            limit = min(item.max_bytes, budget)
-            try:
-                if limit == item.max_bytes:
-                    r = rm.fetch(item, replica_id, isolation, found.get(item) if found else None)
-                else:
-                    r = rm.fetch(dataclasses.replace(item, max_bytes=limit), replica_id, isolation)
-            except Exception as e:  # storage errors carry their Kafka code
-                if not hasattr(e, "error_code"):
-                    log.exception("fetch of %s-%d failed", item.topic, item.partition)
-                r = FetchResult(error_code_of(e))
-            records = r.records
-            size = r.size
-            if size > limit and total:  # only the first data may exceed the budget
-                records, size = _cut(records, limit), limit
-            if r.error_code or r.diverging_epoch is not None or r.preferred_read_replica >= 0:
-                answer_now = True
-            total += size
-            budget = max(0, budget - size)
-            parts.append((index, r, records))
-        topics.append((key, parts))
-    return topics, total, answer_now
-
-
-def _cut(records: FileSlice | bytes | None, size: int) -> FileSlice | bytes | None:
-    if isinstance(records, FileSlice):
-        return FileSlice(records.file, records.position, size)
-    return records[:size] if records is not None else None
-
-
-def fetch_error(header: RequestHeader, body: Any, code: int) -> Response:
-    v = header.api_version
-    topics: list[FetchTopicOut] = [
-        (
-            (t.topic_id or _ZERO_UUID) if v >= 13 else t.topic,
-            [(p.partition, FetchResult(code), None) for p in t.partitions],
-        )
-        for t in body.topics
-    ]
-    top_code = code if v >= 7 else Errors.NONE  # v7 added the top-level error code
-    return encode_fetch_response(v, header.correlation_id, top_code, topics)
 
 
 # -- ListOffsets, OffsetForLeaderEpoch, InitProducerId ---------------------------------------

@@ -291,19 +291,20 @@ def encode_fetch_response(
     *,
     read_committed: bool = False,
     throttle_ms: int = 0,
+    session_id: int = 0,
 ) -> ResponseParts:
     """FetchResponse v4-v15 (v13 to v15 are the same on the wire) as framed buffers
     (measured: 3.9 us for one partition, 16 us for 12).
 
     Records are never copied here: a FileSlice goes into the list as it is, for the
     network layer to send with sendfile or one pread. Topics are names below v13 and
-    UUIDs from v13. Fetch sessions are not offered (session id 0: every fetch is full).
+    UUIDs from v13. `session_id`: the fetch session (KIP-227, v7+) the answer belongs to.
     """
     flexible = api_version >= 12
     parts: ResponseParts = []
     out = bytearray(_response_header(correlation_id, flexible))
     if api_version >= 7:
-        out += _FETCH_TOP_V7.pack(throttle_ms, error_code, 0)
+        out += _FETCH_TOP_V7.pack(throttle_ms, error_code, session_id)
     else:
         out += _I32.pack(throttle_ms)
     out += _array_len(len(topics), flexible)

@@ -241,3 +241,88 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def wait_closed(self) -> None:
         await self._closed
+
+
+class FrameReceiver(asyncio.BufferedProtocol):
+    """The client side of a connection (our follower fetcher): response frames read
+    straight into their own buffer. Installed on a connected transport in place of
+    asyncio's StreamReaderProtocol (which copies each chunk into its buffer and each
+    frame out of it again), so a fetch answer's records reach the log with no copy.
+
+    Small frames and the start of big ones are read through a scratch buffer; once a
+    frame's size is known, the rest of it is read into the frame itself.
+    """
+
+    def __init__(self, max_bytes: int, leftover: bytes = b"") -> None:
+        self.max_bytes = max_bytes
+        # A memoryview, never the bytearray: SSLProtocol fills the rest of a buffer
+        # through `buf[offset:]`, which of a bytearray would be a copy.
+        self._scratch = memoryview(bytearray(64 << 10))
+        self._pending = bytearray(leftover)
+        self._frame = bytearray()
+        self._view = memoryview(self._frame)
+        self._missing = 0
+        self._frames: list[bytearray] = []
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._cut()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._view if self._missing else self._scratch
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._missing:
+            self._view = self._view[nbytes:]
+            self._missing -= nbytes
+            if not self._missing:
+                self._frames.append(self._frame)
+                self._view = memoryview(b"")
+                self._wake()
+            return
+        self._pending += self._scratch[:nbytes]
+        self._cut()
+
+    def _cut(self) -> None:
+        pending = self._pending
+        while len(pending) >= 4 and not self._error:
+            size = _SIZE.unpack_from(pending)[0]
+            if size < 0 or size > self.max_bytes:
+                self._error = ConnectionError(f"a {size}-byte frame (at most {self.max_bytes})")
+                break
+            have = len(pending) - 4
+            if have >= size:
+                self._frames.append(pending[4 : 4 + size])
+                del pending[: 4 + size]
+                continue
+            self._frame = bytearray(size)
+            self._frame[:have] = memoryview(pending)[4:]
+            self._view = memoryview(self._frame)[have:]
+            self._missing = size - have
+            pending.clear()
+            break
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self.connection_lost(None)
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._error is None:
+            self._error = exc or ConnectionResetError("connection closed by the peer")
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def read_frame(self) -> bytearray:
+        """The next frame (without its size prefix)."""
+        while not self._frames:
+            if self._error is not None:
+                raise self._error
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._frames.pop(0)

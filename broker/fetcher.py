@@ -6,7 +6,18 @@ replica id and broker epoch (KIP-903: the leader refuses fetches of a dead incar
 and never adds it to the ISR), the current leader epoch and the last fetched epoch
 (KIP-320) so the leader can tell us where our log diverges. Only I/O lives here: what
 an answer means for a partition (append, truncate, HW) is the replica manager's
-`process_follower_data`. Requests are encoded and answers decoded with kio.
+`process_follower_data`.
+
+Fetches go through a fetch session (KIP-227, `fetch_session.ClientSession`): after the
+first full fetch, a request carries only the partitions whose state changed (an append
+moved the fetch offset) and the leader answers only those with news (records, a new HW
+or log start, an error), so idle partitions cost nothing per round trip. A lost session
+(the leader restarted or evicted it) is replaced by a full fetch at once.
+
+Requests are encoded with kio; answers are decoded by hand (`decode_fetch`) with each
+partition's records a view into the response frame: the log appends from it, so the
+bytes are not copied between the socket buffer and the page cache, and their CRCs are
+checked once, by the log's `append_as_follower`.
 
 Removing a partition waits for the answer being applied (if any) to finish, so the
 replica manager can change a partition's role without racing its fetcher.
@@ -22,6 +33,7 @@ import asyncio
 import contextlib
 import datetime
 import errno
+import functools
 import io
 import itertools
 import logging
@@ -32,20 +44,27 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from kio.schema.fetch.v15.request import FetchPartition, FetchRequest, FetchTopic, ReplicaState
-from kio.schema.fetch.v15.response import FetchResponse
+from kio.schema.fetch.v15.request import (
+    FetchPartition,
+    FetchRequest,
+    FetchTopic,
+    ForgottenTopic,
+    ReplicaState,
+)
 from kio.schema.request_header.v2.header import RequestHeader
-from kio.schema.response_header.v1.header import ResponseHeader
 from kio.schema.types import BrokerId
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_writer
 from kio.static.primitive import i16, i32, i64
 
+from broker.connection import FrameReceiver
+from broker.fetch_session import ClientSession
 from broker.security.inter_broker_login import connect
 from broker.security.listener_security import InterBrokerClientSecurity
 from broker.shutdownable import ShutdownableTask
 from common.api_keys import ApiKey
 from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import Errors
+from common.varint import read_uvarint, skip_tagged_fields
 
 log = logging.getLogger("broker.fetcher")
 
@@ -56,8 +75,7 @@ THROTTLE_CHECK_MS = 100  # how often a throttled partition looks at its quota ag
 
 _write_header = entity_writer(RequestHeader)
 _write_request = entity_writer(FetchRequest)
-_read_header = entity_reader(ResponseHeader)
-_read_response = entity_reader(FetchResponse)
+_I32 = struct.Struct(">i")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +97,7 @@ class FollowerData:
     error_code: int
     high_watermark: int = -1
     log_start_offset: int = -1
-    records: bytes | None = None
+    records: bytes | memoryview | None = None  # a view into the response frame
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset)
 
 
@@ -110,10 +128,14 @@ def encode_fetch(
     broker_epoch: int,
     cfg: FetcherConfig,
     partitions: dict[TP, FollowerFetchState],
+    session: tuple[int, int] = (0, -1),
+    forgotten: Iterable[tuple[str, int]] = (),
 ) -> bytes:
+    """A Fetch v15 request for `partitions`; `session` is the KIP-227 (id, epoch) and
+    `forgotten` (topic id, partition) pairs leave it."""
     by_topic: dict[uuid.UUID, list[FetchPartition]] = {}
     for (_topic, p), st in partitions.items():
-        by_topic.setdefault(uuid.UUID(st.topic_id), []).append(
+        by_topic.setdefault(_uuid(st.topic_id), []).append(
             FetchPartition(
                 partition=i32(p),
                 current_leader_epoch=i32(st.leader_epoch),
@@ -123,6 +145,9 @@ def encode_fetch(
                 partition_max_bytes=i32(cfg.partition_max_bytes),
             )
         )
+    gone: dict[uuid.UUID, list[i32]] = {}
+    for topic_id, p in forgotten:
+        gone.setdefault(_uuid(topic_id), []).append(i32(p))
     req = FetchRequest(
         replica_state=ReplicaState(
             replica_id=BrokerId(replica_id), replica_epoch=i64(broker_epoch)
@@ -130,8 +155,12 @@ def encode_fetch(
         max_wait=datetime.timedelta(milliseconds=cfg.max_wait_ms),
         min_bytes=i32(cfg.min_bytes),
         max_bytes=i32(cfg.max_bytes),
+        session_id=i32(session[0]),
+        session_epoch=i32(session[1]),
         topics=tuple(FetchTopic(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-        forgotten_topics_data=(),
+        forgotten_topics_data=tuple(
+            ForgottenTopic(topic_id=t, partitions=tuple(ps)) for t, ps in gone.items()
+        ),
     )
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
@@ -150,28 +179,77 @@ def encode_fetch(
     return bytes(out)
 
 
-def decode_fetch(
-    frame: bytes, names: dict[uuid.UUID | None, str]
-) -> tuple[int, int, dict[TP, FollowerData]]:
-    """(correlation id, top-level error code, answers by partition); `names`: topic
-    names by the ids the request used (an id we did not ask for is ignored)."""
-    header, n = _read_header(frame, 0)
-    resp, _ = _read_response(frame, n)
+@functools.lru_cache(maxsize=4096)
+def _uuid(topic_id: str) -> uuid.UUID:
+    return uuid.UUID(topic_id)
+
+
+_TOP = struct.Struct(">ihi")  # throttle, error code, session id
+_PART = struct.Struct(">ihqqq")  # index, error code, HW, LSO, log start offset
+_DIVERGING = struct.Struct(">iq")  # epoch, end offset
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedFetch:
+    correlation_id: int
+    error_code: int
+    session_id: int
+    answers: dict[TP, FollowerData]
+
+
+def decode_fetch(frame: bytes | bytearray, names: dict[uuid.UUID, str]) -> DecodedFetch:
+    """A Fetch v15 response frame (without its size), by hand: each partition's records
+    are a memoryview into `frame` (no copy: the log appends from it). `names`: topic
+    names by id; a topic we did not ask for is skipped."""
+    mv = memoryview(frame)
+    end = len(frame)
+    (cid,) = _I32.unpack_from(frame, 0)
+    pos = skip_tagged_fields(frame, 4)
+    _throttle, error, session_id = _TOP.unpack_from(frame, pos)
+    pos += _TOP.size
     out: dict[TP, FollowerData] = {}
-    for t in resp.responses:
-        name = names.get(t.topic_id)
-        if name is None:
-            continue
-        for p in t.partitions:
-            d = p.diverging_epoch
-            out[(name, int(p.partition_index))] = FollowerData(
-                int(p.error_code),
-                int(p.high_watermark),
-                int(p.log_start_offset),
-                bytes(p.records) if p.records else None,
-                (int(d.epoch), int(d.end_offset)) if d.epoch >= 0 or d.end_offset >= 0 else None,
-            )
-    return int(header.correlation_id), int(resp.error_code), out
+    n, pos = read_uvarint(frame, pos)
+    for _ in range(n - 1):
+        name = names.get(uuid.UUID(bytes=bytes(mv[pos : pos + 16])))
+        pos += 16
+        m, pos = read_uvarint(frame, pos)
+        for _ in range(m - 1):
+            index, err, hw, _lso, log_start = _PART.unpack_from(frame, pos)
+            pos += _PART.size
+            aborted, pos = read_uvarint(frame, pos)  # compact nullable: count + 1
+            for _ in range(aborted - 1):  # (producer id, first offset, tags): skipped
+                pos = skip_tagged_fields(frame, pos + 16)
+            pos += 4  # preferred read replica
+            size, pos = read_uvarint(frame, pos)
+            size -= 1
+            records = mv[pos : pos + size] if size > 0 else None
+            pos += max(0, size)
+            diverging = None
+            tags, pos = read_uvarint(frame, pos)
+            for _ in range(tags):
+                tag, pos = read_uvarint(frame, pos)
+                length, pos = read_uvarint(frame, pos)
+                if tag == 0:  # diverging epoch: (epoch, end offset, tags)
+                    epoch, end_offset = _DIVERGING.unpack_from(frame, pos)
+                    if epoch >= 0 or end_offset >= 0:
+                        diverging = (epoch, end_offset)
+                pos += length
+            if pos > end:
+                raise ConnectionError("fetch response runs past its frame")
+            if name is not None:
+                out[(name, index)] = FollowerData(err, hw, log_start, records, diverging)
+        pos = skip_tagged_fields(frame, pos)
+    return DecodedFetch(cid, error, session_id, out)
+
+
+# Answers that mean our session is gone or out of step: start a new one at once.
+SESSION_ERRORS = frozenset(
+    {
+        Errors.FETCH_SESSION_ID_NOT_FOUND,
+        Errors.INVALID_FETCH_SESSION_EPOCH,
+        Errors.FETCH_SESSION_TOPIC_ID_ERROR,
+    }
+)
 
 
 class LeaderFetcher:
@@ -198,8 +276,11 @@ class LeaderFetcher:
         self.lock = asyncio.Lock()  # held while an answer is applied
         self._wake = asyncio.Event()
         self._correlation = itertools.count(1)
-        self._reader: asyncio.StreamReader | None = None
+        self._reader: FrameReceiver | None = None
         self._writer: asyncio.StreamWriter | None = None
+        # KIP-227: only partitions whose state changed are sent.
+        self.session: ClientSession[TP, FollowerFetchState] = ClientSession()
+        self.client_id = f"broker-{broker_id}-fetcher"
         self._loop = ShutdownableTask(f"fetcher-{source_id}", self._run)
         # Told the source's id when a connection to it is refused: its process is gone
         # while its host is up (broker/lifecycle.py reports it to the controller).
@@ -221,15 +302,23 @@ class LeaderFetcher:
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None
+        # An answer may have been lost with the connection: the next fetch is full and
+        # replaces the session.
+        self.session.reset(close_existing=True)
 
     async def _connect(self) -> None:
         endpoint = self.target.leader_endpoint(self.source_id)
         if endpoint is None:
             raise ConnectionError(f"no endpoint known for broker {self.source_id}")
         async with asyncio.timeout(self.cfg.socket_timeout_ms / 1000):
-            self._reader, self._writer = await connect(
+            reader, self._writer = await connect(
                 *endpoint, self.security, f"broker-{self.broker_id}-fetcher"
             )
+        # From here frames are read straight into their buffers (no StreamReader
+        # copies); what the login left unread (nothing, in lock-step) is kept.
+        leftover = bytes(getattr(reader, "_buffer", b""))
+        self._reader = FrameReceiver(2 * self.cfg.max_bytes + (1 << 20), leftover)
+        self._writer.transport.set_protocol(self._reader)
 
     async def _run(self) -> None:
         clock = self.clock
@@ -298,29 +387,41 @@ class LeaderFetcher:
             await self._connect()
         assert self._reader is not None and self._writer is not None
         cid = next(self._correlation) & 0x7FFFFFFF
+        session, send, gone = self.session.request(ready)
+        forgotten = [(self.session.sent[tp].topic_id, tp[1]) for tp in gone]
         frame = encode_fetch(
             cid,
-            f"broker-{self.broker_id}-fetcher",
+            self.client_id,
             self.broker_id,
             self.broker_epoch(),
             self.cfg,
-            ready,
+            send,
+            session,
+            forgotten,
         )
         self._writer.write(frame)
         await self._writer.drain()
         async with asyncio.timeout((self.cfg.max_wait_ms + self.cfg.socket_timeout_ms) / 1000):
-            (size,) = _SIZE.unpack(await self._reader.readexactly(4))
-            if size < 0 or size > 2 * self.cfg.max_bytes + (1 << 20):
-                raise ConnectionError(f"broker {self.source_id} sent a {size}-byte frame")
-            body = await self._reader.readexactly(size)
-        got, error, answers = decode_fetch(
-            body, {uuid.UUID(st.topic_id): tp[0] for tp, st in ready.items()}
-        )
-        if got != cid:
-            raise ConnectionError(f"correlation id {got} does not match {cid}")
-        if error:
-            raise ConnectionError(f"broker {self.source_id} answered fetch with error {error}")
-        return answers
+            body = await self._reader.read_frame()
+        answer = decode_fetch(body, {_uuid(st.topic_id): tp[0] for tp, st in ready.items()})
+        if answer.correlation_id != cid:
+            raise ConnectionError(f"correlation id {answer.correlation_id} does not match {cid}")
+        if answer.error_code in SESSION_ERRORS:
+            # The leader evicted or lost our session (a restart): start a new one now.
+            log.info(
+                "fetch session %d with broker %d ended: %s",
+                session[0],
+                self.source_id,
+                Errors(answer.error_code).name,
+            )
+            self.session.reset(close_existing=False)
+            return {}
+        if answer.error_code:
+            raise ConnectionError(
+                f"broker {self.source_id} answered fetch with error {answer.error_code}"
+            )
+        self.session.answered(answer.session_id, ready)
+        return answer.answers
 
 
 def _refused(exc: BaseException) -> bool:

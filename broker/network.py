@@ -17,9 +17,11 @@ Kafka's rules, enforced here:
   client nor a 1 byte/s drip holds a connection forever.
 
 Records in Fetch responses arrive as `FileSlice`s. Slices of `sendfile_min_bytes` or
-more go out with `loop.sendfile` (zero copy); smaller ones with one `pread` and a write,
-which is faster below about 768 KiB (measurements at `SENDFILE_MIN_BYTES`). Over TLS
-the bytes must pass through the TLS layer, so every slice is one `pread` and a write.
+more go out with `loop.sendfile` (zero copy); smaller ones are read (`preadv`) straight
+into one buffer with the response's other parts, written with one call, which is faster
+below about 768 KiB (measurements at `SENDFILE_MIN_BYTES`) and makes a fetch of many
+small partitions one send, not one per part. Over TLS the bytes must pass through the
+TLS layer, so every slice is read into the buffer.
 
 Security (one server per listener): an SSL or SASL_SSL listener completes its TLS
 handshake within `ssl_handshake_timeout_s` or drops the connection; each connection has
@@ -277,13 +279,44 @@ class KafkaServer:
     async def _write_parts(
         self, loop: asyncio.AbstractEventLoop, conn: KafkaConnection, parts: list[Any]
     ) -> None:
+        """One write per response (one send syscall when the socket takes it): the
+        buffers and small slices are gathered into one buffer, slices read straight
+        into it; only slices big enough for sendfile go on their own."""
+        gathered: list[Any] = []
         for part in parts:
-            if not isinstance(part, FileSlice):
-                conn.write(part)
-            elif part.size >= self.sendfile_min_bytes and self.ssl_context is None:
+            if (
+                isinstance(part, FileSlice)
+                and part.size >= self.sendfile_min_bytes
+                and self.ssl_context is None
+            ):
+                _write_gathered(conn, gathered)
+                gathered = []
                 # FileSlice holds its file open, so the bytes stay readable even if
                 # retention deletes the segment meanwhile.
                 assert conn.transport is not None
                 await loop.sendfile(conn.transport, part.file, part.position, part.size)
             else:
-                conn.write(part.read())
+                gathered.append(part)
+        _write_gathered(conn, gathered)
+
+
+def _write_gathered(conn: KafkaConnection, parts: list[Any]) -> None:
+    if not parts:
+        return
+    if len(parts) == 1 and not isinstance(parts[0], FileSlice):
+        conn.write(parts[0])
+        return
+    total = sum(p.size if isinstance(p, FileSlice) else len(p) for p in parts)
+    buf = bytearray(total)
+    view = memoryview(buf)
+    pos = 0
+    for p in parts:
+        if isinstance(p, FileSlice):
+            p.read_into(view[pos : pos + p.size])
+            pos += p.size
+        else:
+            n = len(p)
+            view[pos : pos + n] = p
+            pos += n
+    view.release()
+    conn.write(buf)

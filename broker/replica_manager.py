@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from broker.alter_partition import AlterPartitionManager
 from broker.config import BrokerConfig
 from broker.dynamic_config import DynamicBrokerConfig
+from broker.fetch_session import DEFAULT_CACHE_SLOTS, FetchSessionCache
 from broker.fetcher import FetcherManager, FollowerData, FollowerFetchState
 from broker.hosted import HostedPartition, finish, start_leader_epoch
 from broker.metadata_publisher import LoaderManifest
@@ -107,6 +108,14 @@ class ReplicaManager:
         # producer id, epoch) has added (topic, partition) to its transaction; 0 = yes.
         # None: no verification (transactional batches are taken as they come).
         self.verifier: Verifier | None = None
+        # KIP-227: incremental fetch sessions of clients and followers (broker/fetch_session.py).
+        slots = config.properties.get("max.incremental.fetch.session.cache.slots")
+        self.fetch_sessions = FetchSessionCache(
+            int(slots) if slots is not None else DEFAULT_CACHE_SLOTS
+        )
+
+    def now_ms(self) -> int:
+        return self._clock_ms()
 
     # -- reads of the state ------------------------------------------------------------------
 

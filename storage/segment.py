@@ -60,6 +60,15 @@ class FileSlice:
             out += more
         return out
 
+    def read_into(self, out: memoryview) -> None:
+        """Read the slice into `out` (exactly `size` bytes long): no intermediate bytes."""
+        fd, done = self.file.fileno(), 0
+        while done < self.size:  # preadv may return short on large ranges
+            n = os.preadv(fd, [out[done:]], self.position + done)
+            if n <= 0:
+                raise OSError(f"segment file ended inside a slice at {self.position + done}")
+            done += n
+
 
 @dataclass(frozen=True, slots=True)
 class BatchPosition:

@@ -301,7 +301,8 @@ def test_confluent_reads_large_messages_sent_with_sendfile(broker: BrokerThread)
 def test_fetch_errors(client: RawClient) -> None:
     resp = client.call(1, 12, fetch([("nope", 0, 0, 100), ("t", 0, 99, 100)]))
     assert [p.error_code for t in resp.responses for p in t.partitions] == [3, 1]
-    assert client.call(1, 12, fetch([("t", 0, 0, 100)], session_id=5)).error_code == 70
+    body = fetch([("t", 0, 0, 100)], session_id=5, session_epoch=1)
+    assert client.call(1, 12, body).error_code == 70  # FETCH_SESSION_ID_NOT_FOUND
 
 
 # -- metadata and admin ----------------------------------------------------------------------

@@ -162,3 +162,41 @@ async def test_a_new_leader_answers_a_retried_idempotent_batch_with_its_original
         assert (r.error_code, r.base_offset) == (0, 6)
     finally:
         await close()
+
+
+@run
+async def test_the_follower_fetches_incrementally_and_survives_losing_its_session(
+    tmp_path: Path,
+) -> None:
+    """KIP-227 between brokers: the follower's fetcher holds one privileged session on
+    the leader and its fetches move the epoch on; when the leader drops the session
+    (evicted), the follower hears FETCH_SESSION_ID_NOT_FOUND, starts a new one, and
+    acks=all produces keep completing."""
+    b1, b2, md, close = await _two_brokers(tmp_path)
+    try:
+        await _apply(md, b1, b2, records=topic(replicas=(1, 2), partitions=3))
+        cache = b1.replica_manager.fetch_sessions
+
+        async def produce_all(tag: bytes) -> None:
+            for p in range(3):
+                r = await asyncio.wait_for(
+                    b1.replica_manager.produce(TOPIC, p, checked(batch(tag)), -1, 10_000), 10
+                )
+                assert r.error_code == 0
+
+        await produce_all(b"a")
+        fetcher = b2.fetchers._fetchers[1]
+        first = fetcher.session.id
+        assert first != 0 and len(cache) == 1
+        session = cache.get(first)
+        assert session is not None and session.privileged and len(session.partitions) == 3
+        assert session.epoch > 1  # incremental fetches followed the full one
+        cache.remove(first)  # as an eviction would
+        await produce_all(b"b")
+        await eventually(lambda: fetcher.session.id not in (0, first), 10, "a new session")
+        assert len(cache) == 1
+        for p in range(3):
+            f = b2.replica_manager.partition(TOPIC, p)
+            await eventually(lambda f=f: f.core.high_watermark == 2, 10, "the follower's HW")
+    finally:
+        await close()

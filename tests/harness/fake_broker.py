@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from broker.apis import KafkaApis
 from broker.dynamic_config import DynamicBrokerConfig
+from broker.fetch_session import FetchSessionCache
 from broker.group.config import GroupConfig
 from broker.group.manager import GroupCoordinator
 from broker.network import KafkaServer
@@ -81,6 +82,11 @@ class FakeRuntime:
         self.admin = self
         # The broker configs DescribeConfigs shows: static only.
         self.dynamic = DynamicBrokerConfig(BROKER_ID, {"log.dirs": str(root)}, LogConfig())
+        self.fetch_sessions = FetchSessionCache(max_slots=3)  # KIP-227; small, to test eviction
+        self.clock_ms = 0  # what now_ms answers (session eviction ages), moved by tests
+
+    def now_ms(self) -> int:
+        return self.clock_ms
 
     async def _no_offsets_topic(self) -> None:
         return None

@@ -121,9 +121,12 @@ def fetch(
     min_bytes: int = 1,
     max_bytes: int = 50 << 20,
     session_id: int = 0,
+    session_epoch: int = -1,
+    forgotten: list[tuple[str, int]] = (),  # type: ignore[assignment]
     topic_ids: dict[str, uuid.UUID] | None = None,
 ) -> Any:
-    """A Fetch request; v13+ names topics by id (`topic_ids`)."""
+    """A Fetch request; v13+ names topics by id (`topic_ids`); `session_id` and
+    `session_epoch` as KIP-227 (0, -1: no session), `forgotten` partitions leave it."""
     topics: dict[str, list[dict[str, Any]]] = {}
     for topic, p, offset, pmax in parts:
         part = {"partition": p, "fetch_offset": offset, "partition_max_bytes": pmax}
@@ -132,7 +135,12 @@ def fetch(
     data = [{"topic": t, "topic_id": ids.get(t), "partitions": ps} for t, ps in topics.items()]
     limits = {"max_wait": max_wait, "min_bytes": min_bytes, "max_bytes": max_bytes}
     fields = {**_FETCH_DEFAULTS, **limits, "session_id": session_id, "topics": data}
-    return request(1, v, {**fields, "forgotten_topics_data": []})
+    fields["session_epoch"] = session_epoch
+    gone: dict[str, list[int]] = {}
+    for topic, p in forgotten:
+        gone.setdefault(topic, []).append(p)
+    forgot = [{"topic": t, "topic_id": ids.get(t), "partitions": ps} for t, ps in gone.items()]
+    return request(1, v, {**fields, "forgotten_topics_data": forgot})
 
 
 def kafka_python_roundtrip(addr: str, request: Any, response_cls: Any, correlation_id: int) -> Any:
