@@ -65,7 +65,11 @@ class Log(TxnLogMixin):
         log_start_offset: int = 0,
         had_clean_shutdown: bool = False,
         clock: Callable[[], int] = SYSTEM_CLOCK.wall_ms,
+        fresh: bool = False,
     ) -> None:
+        """`fresh`: the caller has just created `directory` (empty): nothing to recover,
+        and the leader epoch checkpoint's first write needs no fsync (see
+        LeaderEpochCache.lazy_first_flush)."""
         self.dir = Path(directory)
         self.topic, self.partition = parse_topic_partition(self.dir.name)
         self.config = config or LogConfig()
@@ -73,6 +77,12 @@ class Log(TxnLogMixin):
         self._lock = threading.RLock()
         self.dir.mkdir(parents=True, exist_ok=True)
         self.leader_epoch_cache = LeaderEpochCache(self.dir / LEADER_EPOCH_CHECKPOINT)
+        if fresh:
+            had_clean_shutdown = True  # an empty new segment: no rescan, no flush
+            # Nothing to rebuild in an empty log, so no write of an empty cache now: the
+            # first write (the first epoch assigned) is the one without fsync.
+            self.leader_epoch_cache.needs_rebuild = False
+            self.leader_epoch_cache.lazy_first_flush = True
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         self._closed = False
