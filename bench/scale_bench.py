@@ -207,16 +207,20 @@ def wait_brokers_view(
         if pending:
             if time.monotonic() > deadline:
                 raise BenchError(f"timed out waiting for brokers {sorted(pending)}: {what}")
-            time.sleep(0.1)
+            # Each Metadata answer of 10,000 partitions costs the broker real CPU: do not
+            # let the bench's own polling be what slows the cluster down.
+            time.sleep(0.5)
     return time.monotonic()
 
 
 # -- produce and verify -----------------------------------------------------------------------
 
 
-def produce_everywhere(bootstrap: str, names: list[str], partitions: int) -> dict[Any, Any]:
-    """One acks=all message per partition; (topic, partition) -> (offset, value) of those
-    acknowledged."""
+def produce_everywhere(
+    bootstrap: str, names: list[str], partitions: int
+) -> tuple[dict[Any, Any], list[Any]]:
+    """One acks=all message per partition: ((topic, partition) -> (offset, value) of those
+    acknowledged, delivery errors)."""
     acked: dict[tuple[str, int], tuple[int, bytes]] = {}
     errors: list[Any] = []
 
@@ -244,10 +248,10 @@ def produce_everywhere(bootstrap: str, names: list[str], partitions: int) -> dic
                 except BufferError:
                     p.poll(0.05)
         p.poll(0)
-    left = p.flush(120)
-    if left or errors:
-        raise BenchError(f"produce: {left} unflushed, {len(errors)} errors ({errors[:3]})")
-    return acked
+    left = p.flush(150)
+    if left:
+        raise BenchError(f"produce: {left} messages neither acknowledged nor failed")
+    return acked, errors
 
 
 def verify_acked(bootstrap: str, acked: dict[Any, Any], timeout_s: float) -> int:
@@ -479,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         "failover_leaders_moved_s": res["failover"]["fenced_to_leaders_moved_s"]
         < TARGETS["failover_leaders_moved_s"],
         "no_acked_loss": res["failover"]["acked_messages_missing"] == 0,
+        "all_produced": res["produce"]["failed"] == 0,
     }
     print("targets:", ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in met.items()))
     body = {
