@@ -359,13 +359,18 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             # 2. produce (acks=all), checked after the failover
             c0 = cpu()
             t0 = time.monotonic()
-            acked = produce_everywhere(cluster.bootstrap, names, args.partitions)
+            acked, errors = produce_everywhere(cluster.bootstrap, names, args.partitions)
             res["produce"] = {
-                "messages": len(acked),
+                "acked": len(acked),
+                "failed": len(errors),
+                "first_error": str(errors[0]) if errors else None,
                 "seconds": round(time.monotonic() - t0, 2),
                 "cpu_s": spent(c0),
             }
-            print(f"produce: {len(acked):,} acks=all messages in {time.monotonic() - t0:.1f} s")
+            print(
+                f"produce: {len(acked):,} acks=all messages acknowledged, {len(errors):,} "
+                f"failed, in {time.monotonic() - t0:.1f} s"
+            )
 
             # 3. restart one broker
             victim = broker_ids[0]

@@ -145,7 +145,12 @@ class ReplicaManager:
         changes = delta.local_changes(self.broker_id)
         targets = {**changes.leaders, **changes.followers}
         deletes = {tp for tp in changes.deletes if tp not in targets}
-        for tp, h in self._partitions.items():
+        # Work per change, not per hosted partition: outside a snapshot only the partitions
+        # the delta names can have been recreated (10,000 hosted, a NoOp every 5 s).
+        hosted = self._partitions
+        candidates = hosted if snapshot else (tp for tp in targets if tp in hosted)
+        for tp in candidates:
+            h = hosted[tp]
             topic_id = targets[tp][0] if tp in targets else None
             if (snapshot and tp not in targets) or (topic_id and topic_id != h.core.topic_id):
                 deletes.add(tp)  # gone while we were behind, or the topic was recreated
