@@ -419,7 +419,8 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             img = follower.image
             led = {b: 0 for b in broker_ids}
             for p in partitions_of(img, names):
-                led[p.leader] = led.get(p.leader, 0) + 1
+                if p.leader in led:  # not NO_LEADER
+                    led[p.leader] += 1
             victim = max(led, key=lambda b: led[b])
             c0 = cpu()
             node = cluster.broker(victim)
