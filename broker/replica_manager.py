@@ -734,9 +734,9 @@ class ReplicaManager:
 
     def snapshot_producer_states(self) -> None:
         """Clean shutdown: a producer snapshot at each log's end, so a restart restores
-        producer state without reading the log (run in a thread, before logs close)."""
-        for h in list(self._partitions.values()):
-            h.snapshot()
+        producer state without reading the log (run in a thread, before logs close).
+        Each is fsynced: with 10,000 partitions they overlap on FILE_WORKERS threads."""
+        self._run_file_jobs([lambda h=h: h.snapshot() or True for h in self._partitions.values()])
 
     def shutdown(self) -> None:
         """Fail what waits (the listener is closed by now)."""
