@@ -292,19 +292,24 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         follower.start()
         broker_ids = [b.node_id for b in cluster.brokers]
 
-        def pids() -> tuple[list[int], list[int]]:
-            return (
-                [b.pid for b in cluster.brokers if b.running and b.pid],
-                [c.pid for c in cluster.controllers if c.running and c.pid],
-            )
+        def cpu() -> dict[str, dict[int, float]]:
+            """CPU seconds of each running node process, by role and pid."""
+            out: dict[str, dict[int, float]] = {"brokers": {}, "controllers": {}}
+            for role, nodes in (("brokers", cluster.brokers), ("controllers", cluster.controllers)):
+                for n in nodes:
+                    if n.running and n.pid:
+                        with contextlib.suppress(Exception):  # exited meanwhile
+                            out[role][n.pid] = cpu_seconds([n.pid])
+            return out
 
-        def cpu() -> dict[str, float]:
-            bp, cp = pids()
-            return {"brokers": cpu_seconds(bp), "controllers": cpu_seconds(cp)}
-
-        def spent(before: dict[str, float]) -> dict[str, float]:
+        def spent(before: dict[str, dict[int, float]]) -> dict[str, float]:
+            """CPU used since `before` by the processes running now (a process started
+            meanwhile counts whole; one killed meanwhile is lost)."""
             after = cpu()
-            return {k: round(after[k] - before[k], 1) for k in before}
+            return {
+                role: round(sum(t - before[role].get(pid, 0.0) for pid, t in now.items()), 1)
+                for role, now in after.items()
+            }
 
         if args.profile:
             args.profile.mkdir(parents=True, exist_ok=True)
