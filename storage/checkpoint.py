@@ -38,20 +38,30 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` with `text` so that a crash leaves the old or the new file, whole."""
+def write_atomically(path: Path, text: str, *, durable: bool = True) -> None:
+    """Replace `path` with `text` so that a crash leaves the old or the new file, whole.
+
+    durable=False skips the fsyncs: only for a file whose loss or truncation by a crash
+    is harmless (the first write of a brand-new log's files: a missing, empty or torn
+    one is detected and rebuilt), where 10,000 new partitions would otherwise cost
+    20,000 fsyncs."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
-def write_checkpoint(path: Path, version: int, lines: Iterable[str]) -> None:
+def write_checkpoint(
+    path: Path, version: int, lines: Iterable[str], *, durable: bool = True
+) -> None:
     body = list(lines)
-    write_atomically(path, "".join(f"{line}\n" for line in [str(version), str(len(body)), *body]))
+    text = "".join(f"{line}\n" for line in [str(version), str(len(body)), *body])
+    write_atomically(path, text, durable=durable)
 
 
 def read_checkpoint(
@@ -100,8 +110,10 @@ def _epoch_entry(fields: list[str]) -> tuple[int, int]:
     return int(fields[0]), int(fields[1])
 
 
-def write_leader_epochs(path: Path, entries: Iterable[tuple[int, int]]) -> None:
-    write_checkpoint(path, 0, (f"{e} {o}" for e, o in entries))
+def write_leader_epochs(
+    path: Path, entries: Iterable[tuple[int, int]], *, durable: bool = True
+) -> None:
+    write_checkpoint(path, 0, (f"{e} {o}" for e, o in entries), durable=durable)
 
 
 def read_leader_epochs(path: Path) -> list[tuple[int, int]] | None:
@@ -117,8 +129,9 @@ def topic_id_from_str(text: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
 
 
-def write_partition_metadata(path: Path, topic_id: uuid.UUID) -> None:
-    write_atomically(path, f"version: 0\ntopic_id: {topic_id_to_str(topic_id)}\n")
+def write_partition_metadata(path: Path, topic_id: uuid.UUID, *, durable: bool = True) -> None:
+    text = f"version: 0\ntopic_id: {topic_id_to_str(topic_id)}\n"
+    write_atomically(path, text, durable=durable)
 
 
 def read_partition_metadata(path: Path) -> uuid.UUID | None:

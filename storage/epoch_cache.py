@@ -30,6 +30,10 @@ class LeaderEpochCache:
         self._path = checkpoint_path
         self._entries: list[EpochEntry] = []
         self.needs_rebuild = False  # the file was missing or corrupt: rebuild from the log
+        # A brand-new log's cache: its first write needs no fsync. Lost or torn by a
+        # crash, the file reads as missing or corrupt, and the cache is rebuilt from the
+        # log's batch headers (needs_rebuild). Every later write is durable.
+        self.lazy_first_flush = False
         if checkpoint_path is not None:
             self._load(checkpoint_path)
 
@@ -144,4 +148,6 @@ class LeaderEpochCache:
 
     def flush(self) -> None:
         if self._path is not None:
-            write_leader_epochs(self._path, self._entries)
+            durable = not self.lazy_first_flush
+            self.lazy_first_flush = False
+            write_leader_epochs(self._path, self._entries, durable=durable)

@@ -23,7 +23,7 @@ from common.clock import SYSTEM_CLOCK
 from storage.checkpoint import LEADER_EPOCH_CHECKPOINT, fsync_dir
 from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
-from storage.log_loader import SWAP_SUFFIX, load_log
+from storage.log_loader import SWAP_SUFFIX, LoadedLog, load_log
 from storage.log_txn import TxnLogMixin
 from storage.log_types import (
     FetchDataInfo,
@@ -65,7 +65,11 @@ class Log(TxnLogMixin):
         log_start_offset: int = 0,
         had_clean_shutdown: bool = False,
         clock: Callable[[], int] = SYSTEM_CLOCK.wall_ms,
+        fresh: bool = False,
     ) -> None:
+        """`fresh`: the caller has just created `directory` (empty): nothing to recover,
+        and the leader epoch checkpoint's first write needs no fsync (see
+        LeaderEpochCache.lazy_first_flush)."""
         self.dir = Path(directory)
         self.topic, self.partition = parse_topic_partition(self.dir.name)
         self.config = config or LogConfig()
@@ -73,6 +77,11 @@ class Log(TxnLogMixin):
         self._lock = threading.RLock()
         self.dir.mkdir(parents=True, exist_ok=True)
         self.leader_epoch_cache = LeaderEpochCache(self.dir / LEADER_EPOCH_CHECKPOINT)
+        if fresh:
+            # Nothing to rebuild in an empty log, so no write of an empty cache now: the
+            # first write (the first epoch assigned) is the one without fsync.
+            self.leader_epoch_cache.needs_rebuild = False
+            self.leader_epoch_cache.lazy_first_flush = True
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         self._closed = False
@@ -87,14 +96,18 @@ class Log(TxnLogMixin):
         self.first_unstable_offset_fn: Callable[[], int] | None = None
         # Active producers: producer id -> (last data offset or -1, epoch). None: unknown.
         self.active_producers_fn: Callable[[], Mapping[int, tuple[int, int]]] | None = None
-        loaded = load_log(
-            self.dir,
-            self._new_segment,
-            recovery_point=recovery_point,
-            had_clean_shutdown=had_clean_shutdown,
-            max_batch_size=self.config.max_message_bytes + 1024 * 1024,
-            epoch_cache=self.leader_epoch_cache,
-        )
+        if fresh:  # an empty directory: no files to scan, swap, recover or rebuild
+            start = max(0, recovery_point)
+            loaded = LoadedLog([self._new_segment(start)], start, start)
+        else:
+            loaded = load_log(
+                self.dir,
+                self._new_segment,
+                recovery_point=recovery_point,
+                had_clean_shutdown=had_clean_shutdown,
+                max_batch_size=self.config.max_message_bytes + 1024 * 1024,
+                epoch_cache=self.leader_epoch_cache,
+            )
         self._segments = loaded.segments
         self._bases = [seg.base_offset for seg in self._segments]
         self._leo = loaded.log_end_offset

@@ -180,16 +180,23 @@ class LogManager:
         existing = self._logs.get(tp)
         if existing is not None:
             return existing
-        # Kafka places a new log in the directory holding the fewest partitions.
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self._dir_of.values():
-            counts[d] += 1
-        target = min(self.log_dirs, key=lambda d: counts[d])
-        created = Log(
-            target / f"{topic}-{partition}", config or self.default_config, clock=self._clock
-        )
+        # Kafka places a new log in the directory holding the fewest partitions (counted
+        # only when there is a choice: 10,000 creations must not cost 10,000 scans).
+        target = self.log_dirs[0]
+        if len(self.log_dirs) > 1:
+            counts = {d: 0 for d in self.log_dirs}
+            for d in self._dir_of.values():
+                counts[d] += 1
+            target = min(self.log_dirs, key=lambda d: counts[d])
+        path = target / f"{topic}-{partition}"
+        # A directory we create ourselves holds nothing to recover, and its first files
+        # need no fsync: a crash that loses them leaves an empty log whose missing or
+        # torn partition.metadata / leader-epoch-checkpoint are rewritten or rebuilt.
+        # (About 10 fsyncs, 20 ms, per new log otherwise: 200 s for 10,000 partitions.)
+        fresh = not path.exists()
+        created = Log(path, config or self.default_config, clock=self._clock, fresh=fresh)
         if topic_id is not None:
-            write_partition_metadata(created.dir / PARTITION_METADATA, topic_id)
+            write_partition_metadata(created.dir / PARTITION_METADATA, topic_id, durable=not fresh)
         self._logs[tp] = created
         self._dir_of[tp] = target
         return created

@@ -1,0 +1,61 @@
+"""10,000 partitions on a real cluster (3 controllers, 3 brokers, separate processes):
+one CreateTopics of 10 topics x 1,000 partitions, RF 3, then every broker must name a
+leader for every partition in its Metadata answers, under a deadline.
+
+Marked slow (minutes on a 2-core machine): `make test-long` runs it, `make test` does
+not. Speed is measured by bench/scale_bench.py, which this shares its probes with; the
+deadline here only bounds a hang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.scale_bench import broker_leaders
+from tests.harness.cluster_procs import ProcCluster, wait_for
+
+TOPICS = 10
+PARTITIONS = 1000
+DEADLINE_S = 600.0
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[ProcCluster]:
+    c = ProcCluster(tmp_path / "data")
+    try:
+        c.start(timeout_s=120)
+        yield c
+    finally:
+        c.close()
+
+
+def test_ten_thousand_partitions_get_leaders_on_every_broker(cluster: ProcCluster) -> None:
+    names = [f"scale-{i:02d}" for i in range(TOPICS)]
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(n, PARTITIONS, 3) for n in names], operation_timeout=120, request_timeout=180
+    )
+    for f in futures.values():
+        f.result(180)
+    brokers = {b.node_id for b in cluster.brokers}
+    for b in cluster.brokers:
+
+        def all_led(b=b) -> bool:  # type: ignore[no-untyped-def]
+            leaders = broker_leaders(b.host, b.port, names)
+            return len(leaders) == TOPICS * PARTITIONS and all(
+                v in brokers for v in leaders.values()
+            )
+
+        wait_for(all_led, DEADLINE_S, f"broker {b.node_id} to name a leader for every partition",
+                 cluster.logs)  # fmt: skip
+    # The controllers agree: every partition has a leader and 3 replicas.
+    for name in names:
+        parts = cluster.partitions(name)
+        assert parts is not None and len(parts) == PARTITIONS, name
+        assert all(p["leader"] in brokers and len(p["replicas"]) == 3 for p in parts.values())
