@@ -272,15 +272,15 @@ def summarize(case: Case, n: int, rounds: list[dict[str, Any]]) -> dict[str, Any
             }
             for phase in ("produce", "consume")
         }
+        out[side]["other_cpu_max"] = max(
+            r[side][phase]["other_cpu_cores"] for r in rounds for phase in ("produce", "consume")
+        )
     for phase in ("produce", "consume"):
         ratio, per_round = median_ratio(
             [r["ours"][phase]["msg_per_s"] for r in rounds],
             [r["tansu"][phase]["msg_per_s"] for r in rounds],
         )
         out[f"{phase}_ratio"], out[f"{phase}_ratio_rounds"] = ratio, per_round
-        out[side]["other_cpu_max"] = max(
-            r[side][phase]["other_cpu_cores"] for r in rounds for phase in ("produce", "consume")
-        )
     out["rounds"] = rounds
     return out
 

@@ -1,6 +1,19 @@
 """The peer bench's pure logic: who goes first, per-round ratios, targets, repeat check."""
 
-from bench.peer_bench import CASES, first_side, median_ratio, relative_change, target_met
+import json
+
+from bench.peer_bench import (
+    CASES,
+    add_cpu_ratio,
+    check_targets,
+    compare_previous,
+    first_side,
+    median_ratio,
+    print_table,
+    relative_change,
+    summarize,
+    target_met,
+)
 
 
 def test_first_side_alternates_by_round_and_by_case() -> None:
@@ -28,3 +41,44 @@ def test_target_met_both_directions() -> None:
 def test_relative_change() -> None:
     assert abs(relative_change(1.0, 1.1) - 0.1) < 1e-9
     assert relative_change(2.0, 1.0) == -0.5
+
+
+def _phase(msg_per_s: int, cpu_per_m: float, other: float = 0.0) -> dict:
+    return {"msg_per_s": msg_per_s, "mb_per_s": msg_per_s / 1e6, "other_cpu_cores": other,
+            "broker_cpu_s_per_million": cpu_per_m}  # fmt: skip
+
+
+def _round(no: int, ours: int, tansu: int, cpu: float) -> dict:
+    def side(m: int, c: float) -> dict:
+        return {"produce": _phase(m, c), "consume": _phase(m, c)}
+
+    return {"round": no, "ours": side(ours, cpu), "tansu": side(tansu, 1.0)}
+
+
+def test_report_from_rounds(tmp_path, capsys) -> None:
+    """Summaries, RF 3/RF 1 CPU, targets and the repeat check from made-up rounds."""
+    rf1 = [_round(1, 130, 100, 2.0), _round(2, 140, 100, 2.0), _round(3, 120, 100, 2.0)]
+    rf3 = [_round(1, 80, 100, 5.0), _round(2, 70, 100, 3.0), _round(3, 90, 100, 4.0)]
+    summaries = {
+        "1kib_rf1": summarize(CASES["1kib_rf1"], 3, rf1),
+        "1kib_rf3": summarize(CASES["1kib_rf3"], 3, rf3),
+    }
+    add_cpu_ratio(summaries)
+    assert summaries["1kib_rf1"]["produce_ratio"] == 1.3
+    assert summaries["1kib_rf3"]["produce_ratio_rounds"] == [0.8, 0.7, 0.9]
+    assert summaries["1kib_rf3"]["cpu_rf3_over_rf1"] == 2.0  # median of 2.5, 1.5, 2.0
+    print_table(summaries)
+    met = {(t["case"], t["figure"]): t["met"] for t in check_targets(summaries)}
+    assert met == {
+        ("1kib_rf3", "produce"): True,
+        ("1kib_rf1", "produce"): True,
+        ("1kib_rf1", "consume"): True,
+        ("1kib_rf3", "cpu_rf3_over_rf1"): True,
+    }
+    prev = tmp_path / "peer.json"
+    prev.write_text(json.dumps({"date": "d", "git_commit": "c", "results": [
+        {"case": "1kib_rf1", "produce_ratio": 1.0, "consume_ratio": 1.3}]}))  # fmt: skip
+    repeat = compare_previous(prev, summaries)
+    assert repeat is not None and repeat["largest_change"] == 0.3
+    assert not repeat["within_tolerance"]
+    assert "not checked" in capsys.readouterr().out  # the 100 B targets: case not run
