@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml setup.py spark_jobs/_record_walk.c tests/js/package-loc
 	  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,spark]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,spark,bench]'
 	@command -v npm >/dev/null 2>&1 || { \
 	  echo "installing Node.js and npm (Debian packages) for the kafkajs tests"; \
 	  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
@@ -44,13 +44,15 @@ conformance: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/kraft dev --data-dir ./data
 
-# Storage: page-cache writes (CPU overhead) and writes that reach the disk (fsync).
+# Storage: page-cache writes (CPU overhead) and writes that reach the disk (fsync); then the
+# controller, broker, latency, side-by-side with Tansu (peer), Spark and transaction benches.
 bench: $(STAMP)
 	$(PY) -m bench.storage_bench
 	$(PY) -m bench.storage_bench --fsync --out bench/results/storage_fsync.json
 	$(PY) -m bench.controller_bench
 	$(PY) -m bench.broker_bench
 	$(PY) -m bench.latency_bench
+	$(PY) -m bench.peer_bench
 	$(PY) -m bench.arrow_decode_bench
 	$(PY) -m bench.spark_bench
 	$(PY) -m bench.txn_bench

@@ -1,6 +1,6 @@
 """Latency benchmark: acks=all, RF 3, produce->ack and produce->consume at a fixed rate.
 
-    python -m bench.latency_bench [--rates 5,20] [--seconds 20] [--size 1024] [--partitions 4]
+    python -m bench.latency_bench [--rates 5,50] [--seconds 20] [--size 1024] [--partitions 4]
 
 A real local cluster (`kraft dev`: 3 controllers, 3 brokers; bench.broker_bench.Cluster)
 is started. For each rate R (MB/s, 10^6 bytes of message value) a fresh topic is created
@@ -34,9 +34,10 @@ time minus our processes') is reported as "other"; over 0.2 cores prints a warni
 The first --warmup seconds of each rate are sent but not counted. Percentiles are nearest
 rank. If the loop cannot keep to the schedule (more than 5 % of the messages sent over
 50 ms late) or the acks fall behind (acked MB/s under 95 % of the rate), the rate is
-reported as not sustained, with the achieved rate and the largest send lag. The target
-(p99 produce->ack <= 10 ms at 5 MB/s) is reported, never enforced: the exit status is 0
-whether or not it is met. Writes bench/results/latency.json.
+reported as not sustained, with the achieved rate and the largest send lag. The targets
+(issue 16: p99 produce->ack <= 10 ms at 5 MB/s and <= 25 ms at 50 MB/s; a rate not
+sustained misses its target) are reported, never enforced: the exit status is 0 whether or
+not they are met. Writes bench/results/latency.json.
 """
 
 from __future__ import annotations
@@ -63,8 +64,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "bench" / "results" / "latency.json"
 RF = 3
 MIN_ISR = 2
-TARGET_P99_MS = 10.0
-TARGET_RATE_MB_S = 5.0
+TARGET_P99_MS = {5.0: 10.0, 50.0: 25.0}  # rate MB/s -> p99 produce->ack bound, ms
 MAX_LAG_MS = 50.0  # a send later than this means the rate was not sustained
 HEADER = struct.Struct(">qq")  # due time (monotonic ns), sequence number
 OTHER_CPU_WARN = 0.2  # cores used by processes outside the bench and the cluster
@@ -317,28 +317,38 @@ def print_table(results: list[dict[str, Any]]) -> None:
             )
 
 
-def check_target(results: list[dict[str, Any]]) -> dict[str, Any] | None:
-    res = next((r for r in results if r["target_mb_s"] == TARGET_RATE_MB_S), None)
-    if res is None or "p99_ms" not in res["produce_to_ack"]:
-        print(f"\ntarget: not checked (needs a run at {TARGET_RATE_MB_S:g} MB/s)")
-        return None
-    p99 = res["produce_to_ack"]["p99_ms"]
-    e2e = res["end_to_end"].get("p99_ms", float("nan"))
-    met = p99 <= TARGET_P99_MS and res["sustained"]
-    print(
-        f"\ntarget p99 produce->ack <= {TARGET_P99_MS:g} ms at {TARGET_RATE_MB_S:g} MB/s: "
-        f"{'met' if met else 'NOT met'} (p99 {p99:.2f} ms; end-to-end p99 {e2e:.2f} ms)"
-    )
-    return {
-        "rate_mb_s": TARGET_RATE_MB_S,
-        "p99_ack_ms": {"target": TARGET_P99_MS, "measured": p99, "met": met},
-        "p99_end_to_end_ms": res["end_to_end"].get("p99_ms"),
-    }
+def check_targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each target rate's p99 produce->ack against its bound; a rate that was not
+    sustained does not meet its target (the latency of a lighter load is not the figure)."""
+    out = []
+    print()
+    for rate, bound in TARGET_P99_MS.items():
+        res = next((r for r in results if r["target_mb_s"] == rate), None)
+        if res is None or "p99_ms" not in res["produce_to_ack"]:
+            print(f"target at {rate:g} MB/s: not checked (needs a run at {rate:g} MB/s)")
+            continue
+        p99 = res["produce_to_ack"]["p99_ms"]
+        e2e = res["end_to_end"].get("p99_ms", float("nan"))
+        met = p99 <= bound and res["sustained"]
+        print(
+            f"target p99 produce->ack <= {bound:g} ms at {rate:g} MB/s: "
+            f"{'met' if met else 'NOT met'} (p99 {p99:.2f} ms"
+            f"{'' if res['sustained'] else ', rate NOT SUSTAINED'}; end-to-end p99 {e2e:.2f} ms)"
+        )
+        out.append(
+            {
+                "rate_mb_s": rate,
+                "sustained": res["sustained"],
+                "p99_ack_ms": {"target": bound, "measured": p99, "met": met},
+                "p99_end_to_end_ms": res["end_to_end"].get("p99_ms"),
+            }
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rates", default="5,20", help="MB/s (10^6 B of value) per run")
+    parser.add_argument("--rates", default="5,50", help="MB/s (10^6 B of value) per run")
     parser.add_argument("--seconds", type=float, default=20.0, help="measured seconds per rate")
     parser.add_argument("--warmup", type=float, default=3.0, help="uncounted seconds first")
     parser.add_argument("--size", type=int, default=1024, help="message value bytes")
@@ -365,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     try:
         print("starting kraft dev: 3 brokers + 3 controllers ...", flush=True)
-        cluster = Cluster(3, scratch, args.timeout)
+        cluster = Cluster(3, scratch, args.timeout, secure=False)
         try:
             for rate in rates:
                 print(f"  {rate:g} MB/s ...", flush=True)
@@ -385,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(scratch, ignore_errors=True)
 
     print_table(results)
-    target = check_target(results)
+    targets = check_targets(results)
     elapsed = time.perf_counter() - started
     write_results(
         args.out,
@@ -411,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
                 "units": "MB/s = 10^6 bytes of message value per second",
                 "percentiles": "nearest rank",
             },
-            "target": target,
+            "targets": targets,
             "results": results,
         },
         elapsed,
