@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from common.errors import Errors
 from metadata_log.image import PartitionRegistration
-from metadata_log.records import NO_LEADER
+from metadata_log.records import NO_LEADER, PartitionChangeRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,12 @@ class PartitionChange:
     leader: int
     leader_epoch: int
     partition_epoch: int
+
+    def record(self, topic_id: str, partition: int) -> PartitionChangeRecord:
+        """The metadata record that makes this change (every electing caller's output)."""
+        return PartitionChangeRecord(
+            topic_id, partition, self.isr, self.leader, self.leader_epoch, self.partition_epoch
+        )
 
 
 def elect(

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from kraft.election import PREFERRED, PartitionView, elect_on_request
 from metadata_log.image import MetadataImage
-from metadata_log.records import PartitionChangeRecord, Record
+from metadata_log.records import Record
 
 
 @dataclass(frozen=True)
@@ -84,14 +84,5 @@ class LeaderBalancer:
                 change = elect_on_request(PartitionView.of(reg), PREFERRED, usable)
                 if isinstance(change, int):
                     continue  # preferred replica out of the ISR: it must catch up first
-                out.append(
-                    PartitionChangeRecord(
-                        topic_id,
-                        p,
-                        change.isr,
-                        change.leader,
-                        change.leader_epoch,
-                        change.partition_epoch,
-                    )
-                )
+                out.append(change.record(topic_id, p))
         return out

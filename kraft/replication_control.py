@@ -101,16 +101,7 @@ class ReplicationControlManager:
             reg = topic.partitions[p]
             change = elect(PartitionView.of(reg), usable, unclean, transition.restarted)
             if change is not None:
-                out.append(
-                    PartitionChangeRecord(
-                        topic_id,
-                        p,
-                        change.isr,
-                        change.leader,
-                        change.leader_epoch,
-                        change.partition_epoch,
-                    )
-                )
+                out.append(change.record(topic_id, p))
         return out
 
     def affected(
