@@ -21,11 +21,14 @@ arrive as events (`unreachable`), never as timings:
   heartbeats use, its metadata long-poll if it reads here) closed; the kernel closes a dead
   process's sockets, while a live broker keeps its heartbeat connection open;
 - "refused": a follower's connection to it was refused (nothing listens on its port).
-Once such a signal arrives after the broker's last heartbeat, its session shrinks to
+Once such a signal arrives after the broker's last heartbeat, the active controller
+confirms it with a connection of its own to every listener the broker registered
+(kraft/liveness_probe.py, in the node's I/O shell); all refused (`confirmed_dead`) fences
+the broker at the next tick. Unconfirmed, the session only shrinks to
 `broker.disconnect.fence.grace.ms` (default 3000, 1.5 heartbeat intervals) counted from
-that last heartbeat; any later heartbeat of the same incarnation clears the suspicion.
-So the signal never fences by itself: a live broker that reconnects (a long-poll restart,
-a controller failover, an idle connection closed) heartbeats in time and stays.
+that last heartbeat. Any later heartbeat of the same incarnation clears the suspicion.
+So a signal never fences by itself: a live broker that reconnects (a long-poll restart,
+a controller failover, an idle connection closed) still listens, and heartbeats in time.
 Failure modes, by design: a slow or SIGSTOPped broker keeps its connections open and its
 port accepting, so it keeps the full session (no signal); a host that vanishes (power, a
 network partition) gives timeouts, not refusals or FINs, so it too waits out the session
@@ -79,6 +82,8 @@ class ClusterControlManager:
         self._last_seen: dict[int, int] = {}  # broker id -> last heartbeat (ms)
         # broker id -> when a sign that its process is gone arrived (after _last_seen)
         self._suspected: dict[int, int] = {}
+        # suspected brokers whose listeners all refused the controller's own connection
+        self._confirmed: set[int] = set()
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -87,18 +92,23 @@ class ClusterControlManager:
         heartbeat times (and suspicions) of the previous one died with it."""
         self._last_seen = dict.fromkeys(image.brokers, now_ms)
         self._suspected = {}
+        self._confirmed = set()
 
     def _touch(self, broker_id: int, now_ms: int) -> None:
         self._last_seen[broker_id] = now_ms
         # Alive after the signal: it was a reconnect, not a death.
         self._suspected.pop(broker_id, None)
+        self._confirmed.discard(broker_id)
 
     def session_deadline(self, broker_id: int) -> int:
         """When the session ends (ms): the session timeout after the last heartbeat, or
-        the shorter grace once the broker is suspected dead; -1 if it has none."""
+        the shorter grace once the broker is suspected dead, or the signal's own time once
+        the probe confirmed it; -1 if it has none."""
         last = self._last_seen.get(broker_id)
         if last is None:
             return -1
+        if broker_id in self._confirmed:
+            return self._suspected[broker_id]
         timeout = self.config.session_timeout_ms
         if broker_id in self._suspected and self.config.disconnect_grace_ms > 0:
             timeout = min(timeout, self.config.disconnect_grace_ms)
@@ -109,6 +119,9 @@ class ClusterControlManager:
 
     def is_suspected(self, broker_id: int) -> bool:
         return broker_id in self._suspected
+
+    def is_confirmed(self, broker_id: int) -> bool:
+        return broker_id in self._confirmed
 
     # -- decisions ---------------------------------------------------------------------------
 
@@ -210,6 +223,24 @@ class ClusterControlManager:
         ):
             self._suspected.setdefault(b.broker_id, now_ms)
         return Decision.answer(BrokerUnreachableResponse(Errors.NONE))
+
+    def confirmed_dead(self, image: MetadataImage, broker_id: int, broker_epoch: int) -> bool:
+        """The controller's probe found every listener of the suspected incarnation
+        refusing connections (kraft/liveness_probe.py): a second, independent sign, taken
+        as proof; `fence_expired` fences it at the next tick. Ignored (False) if a
+        heartbeat cleared the suspicion meanwhile, or the broker re-registered, was fenced
+        or began a controlled shutdown."""
+        b = image.brokers.get(broker_id)
+        if (
+            b is None
+            or b.broker_epoch != broker_epoch
+            or b.fenced
+            or b.in_controlled_shutdown
+            or broker_id not in self._suspected
+        ):
+            return False
+        self._confirmed.add(broker_id)
+        return True
 
     def _leads_replicated(self, image: MetadataImage, broker_id: int) -> bool:
         for topic_id, p in self.index.of(image).led_by(broker_id):

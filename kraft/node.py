@@ -30,6 +30,7 @@ from common.errors import Errors
 from kraft.controller import QuorumController
 from kraft.controller_config import ControllerNodeConfig
 from kraft.group_commit import MAX_GROUP, plan_group
+from kraft.liveness_probe import listeners_refuse
 from kraft.quorum import Quorum, QuorumError
 from kraft.service import ControllerApiError, NotActiveController
 from kraft.state_machine import AppendResult, AppendStatus
@@ -113,6 +114,7 @@ class ControllerNode:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._last_append_ms = 0
+        self._probes: dict[int, asyncio.Task[None]] = {}  # broker id -> liveness probe
         self.activations = 0
 
     # -- life cycle ----------------------------------------------------------------------------
@@ -359,7 +361,39 @@ class ControllerNode:
                 "the controller" if req.reporter_id < 0 else f"broker {req.reporter_id}",
                 self.controller.cluster.session_deadline(req.broker_id),
             )
+        suspected = self.controller.cluster.is_suspected(req.broker_id)
+        if suspected and req.broker_id not in self._probes:
+            self._start_probe(req.broker_id)
         return resp
+
+    def _start_probe(self, broker_id: int) -> None:
+        """Confirm the sign ourselves: if nothing listens on any of the suspected
+        incarnation's listeners, fence it now instead of at the end of the grace."""
+        reg = self.quorum.image().brokers.get(broker_id)
+        if reg is None:
+            return
+
+        async def probe() -> None:
+            try:
+                if not await listeners_refuse(reg.listeners):
+                    return
+                async with self._lock:
+                    if not self.active:
+                        return
+                    image = self.quorum.image()
+                    if self.controller.cluster.confirmed_dead(image, broker_id, reg.broker_epoch):
+                        log.info(
+                            "broker %d confirmed dead: its listeners refuse connections; "
+                            "fencing it now",
+                            broker_id,
+                        )
+                        self._wake.set()  # the next step's tick fences it
+            except Exception:
+                log.exception("liveness probe of broker %d failed", broker_id)
+            finally:
+                self._probes.pop(broker_id, None)
+
+        self._probes[broker_id] = asyncio.create_task(probe(), name=f"probe-{broker_id}")
 
     async def alter_partition(self, req: AlterPartitionRequest) -> AlterPartitionResponse:
         return await self._call(req)

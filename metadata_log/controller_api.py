@@ -69,8 +69,9 @@ class BrokerUnreachableRequest(_Body):
     """A certain sign that broker `broker_id`'s process is gone (not merely slow): a
     follower's connection to it was refused (`reason="refused"`, sent by `reporter_id`),
     or all its connections to the active controller closed (`reason="disconnected"`, the
-    controller's own HTTP layer). The controller fences it if it then misses its heartbeat
-    by `broker.disconnect.fence.grace.ms` (kraft/cluster_control.py)."""
+    controller's own HTTP layer). The controller fences it at once if its own connection
+    to the broker's listeners is refused too, else if it then misses its heartbeat by
+    `broker.disconnect.fence.grace.ms` (kraft/cluster_control.py)."""
 
     broker_id: NodeId
     broker_epoch: Int64 = -1  # the incarnation seen; -1: whichever is registered

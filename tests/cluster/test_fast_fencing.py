@@ -5,9 +5,12 @@ process), with Kafka's default timings: heartbeats every 2 s, a 9 s session, and
 - A SIGKILLed broker that leads partitions is fenced, and every partition it led has a new
   leader, also in a surviving broker's Metadata answer, within half the session timeout
   (a condition deadline, not a timing assertion):
-  its followers' reconnects are refused and its controller connections close, so the
-  controller needs only to see it miss its heartbeat by the grace. Three rounds; the
-  measured kill -> fenced, -> leaders moved and -> seen by a client are printed (-s).
+  its followers' reconnects are refused and its controller connections close; the active
+  controller's own connection to its listeners is refused too, which confirms the death
+  (kraft/liveness_probe.py). Three rounds; the measured kill -> fenced, -> leaders moved
+  and -> seen by a client are printed (-s).
+- The same with the grace as long as the session: only the probe's confirmation can fence
+  it within half the session, so this fails if the confirmation path breaks.
 - A SIGSTOPped broker (slow, or cut off: its connections stay open and its port accepts)
   is not fenced in 5 s, more than the grace plus a heartbeat interval: silence alone keeps
   Kafka's session timeout.
@@ -36,8 +39,10 @@ ROUNDS = 3
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[ProcCluster]:
-    c = ProcCluster(tmp_path / "data")  # every timing at its default
+def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ProcCluster]:
+    # Every timing at its default, unless the test names controller properties.
+    props = getattr(request, "param", None)
+    c = ProcCluster(tmp_path / "data", controller_props=props)
     try:
         c.start()
         create_topic(c)
@@ -101,10 +106,23 @@ def client_leaders(bootstrap: str) -> dict[int, int]:
 def test_sigkilled_leader_is_fenced_and_its_leaderships_move_well_under_the_session(
     cluster: ProcCluster,
 ) -> None:
+    kill_busiest_leader(cluster, ROUNDS, "grace 3000 ms")
+
+
+@pytest.mark.parametrize(
+    "cluster", [{"broker.disconnect.fence.grace.ms": str(SESSION_MS)}], indirect=True
+)
+def test_the_probe_alone_fences_a_dead_broker_well_under_the_session(
+    cluster: ProcCluster,
+) -> None:
+    kill_busiest_leader(cluster, 1, f"grace {SESSION_MS} ms: the probe's confirmation only")
+
+
+def kill_busiest_leader(cluster: ProcCluster, rounds: int, label: str) -> None:
     to_fenced: list[float] = []
     to_moved: list[float] = []
     to_seen: list[float] = []
-    for round_ in range(ROUNDS):
+    for round_ in range(rounds):
         victim, led = busiest_leader(cluster)
         survivors = ",".join(b.address for b in cluster.brokers if b.node_id != victim)
         client_leaders(survivors)  # connect before the kill: its time is not ours
@@ -145,8 +163,8 @@ def test_sigkilled_leader_is_fenced_and_its_leaderships_move_well_under_the_sess
         wait_isr_full(cluster, f"broker {victim} restarted")
 
     print(
-        f"\nfast fencing, {ROUNDS} SIGKILLs of the busiest leader (heartbeat 2000 ms, grace "
-        f"3000 ms, session {SESSION_MS} ms): kill->fenced "
+        f"\nfast fencing, {rounds} SIGKILLs of the busiest leader (heartbeat 2000 ms, {label}, "
+        f"session {SESSION_MS} ms): kill->fenced "
         f"{', '.join(f'{t:.2f}' for t in to_fenced)} s (median "
         f"{statistics.median(to_fenced):.2f}); kill->leaders moved "
         f"{', '.join(f'{t:.2f}' for t in to_moved)} s (median {statistics.median(to_moved):.2f}); "

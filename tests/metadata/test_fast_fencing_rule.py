@@ -1,8 +1,9 @@
 """The fast-fencing rule of the cluster control manager (kraft/cluster_control.py), sans-I/O:
 a sign that a broker's process is gone (`BrokerUnreachableRequest`: its controller
 connections dropped, or a follower was refused) shrinks its session to
-`broker.disconnect.fence.grace.ms` counted from its last heartbeat; a heartbeat after the
-sign clears it; silence alone keeps the full session timeout."""
+`broker.disconnect.fence.grace.ms` counted from its last heartbeat; the controller's own
+probe finding every listener refusing (`confirmed_dead`) fences it at the next tick; a
+heartbeat after the sign clears both; silence alone keeps the full session timeout."""
 
 from __future__ import annotations
 
@@ -87,6 +88,10 @@ class Cluster:
         req = BrokerUnreachableRequest(broker, epoch, 9, reason)  # type: ignore[arg-type]
         return self.run(req, now_ms)
 
+    def confirm(self, broker: int, epoch: int | None = None) -> bool:
+        epoch = self.epochs[broker] if epoch is None else epoch
+        return self.controller.cluster.confirmed_dead(self.sm.image, broker, epoch)
+
     def fenced(self, broker: int) -> bool:
         return self.sm.image.brokers[broker].fenced
 
@@ -127,6 +132,29 @@ def test_a_heartbeat_after_the_sign_clears_it_and_restores_the_full_session() ->
     assert not c.fenced(2)
     c.tick(1900 + SESSION_MS)
     assert c.fenced(2)  # silence: the session timeout, as in Kafka
+
+
+def test_a_confirmed_sign_fences_at_the_next_tick_without_waiting_the_grace() -> None:
+    c = Cluster()
+    c.start(range(3))
+    c.heartbeat(0, 1000)
+    c.signal(0, 1100, "disconnected")
+    assert c.confirm(0)  # its listeners refused the controller's probe
+    c.tick(1150)
+    assert c.fenced(0) and c.leads(0) == 0
+
+
+def test_a_probe_result_without_a_standing_sign_confirms_nothing() -> None:
+    c = Cluster()
+    c.start(range(3))
+    assert not c.confirm(1)  # never suspected
+    c.signal(1, 100)
+    c.heartbeat(1, 200)  # alive after all: the sign is cleared...
+    assert not c.confirm(1)  # ...and a late probe answer does not bring it back
+    c.signal(2, 100)
+    assert not c.confirm(2, epoch=c.epochs[2] + 1)  # another incarnation's probe
+    c.tick(300)
+    assert not any(c.fenced(b) for b in range(3))
 
 
 def test_silence_alone_keeps_the_session_timeout() -> None:
@@ -180,7 +208,7 @@ def test_grace_zero_turns_fast_fencing_off() -> None:
 # One broker's life as seen by the controller: heartbeats (whose gaps are the broker's
 # pace), signs (true or spurious), and ticks, each at some ms after the previous event.
 EVENTS = st.lists(
-    st.tuples(st.sampled_from(["heartbeat", "signal", "tick"]), st.integers(0, 4000)),
+    st.tuples(st.sampled_from(["heartbeat", "signal", "confirm", "tick"]), st.integers(0, 4000)),
     max_size=40,
 )
 
@@ -189,10 +217,11 @@ EVENTS = st.lists(
 @given(events=EVENTS)
 def test_fenced_exactly_when_the_rule_says(events: list[tuple[str, int]]) -> None:
     """Model: fenced at a tick at `now` iff `now - last heartbeat` reached the session
-    timeout, or reached the grace with a sign since the last heartbeat."""
+    timeout, or reached the grace with a sign since the last heartbeat, or a probe confirmed
+    a sign since the last heartbeat."""
     c = Cluster()
     c.start(range(3))
-    now, last_hb, suspected = 0, 0, False
+    now, last_hb, suspected, confirmed = 0, 0, False, False
     for kind, gap in events:
         now += gap
         # The other brokers stay alive: only broker 0's fate is under test.
@@ -202,14 +231,17 @@ def test_fenced_exactly_when_the_rule_says(events: list[tuple[str, int]]) -> Non
             break
         if kind == "heartbeat":
             c.heartbeat(0, now)
-            last_hb, suspected = now, False
+            last_hb, suspected, confirmed = now, False, False
         elif kind == "signal":
             c.signal(0, now)
             suspected = True
+        elif kind == "confirm":
+            assert c.confirm(0) == suspected
+            confirmed = suspected
         else:
             c.tick(now)
             silent = now - last_hb
-            expect = silent >= SESSION_MS or (suspected and silent >= GRACE_MS)
+            expect = silent >= SESSION_MS or (suspected and silent >= GRACE_MS) or confirmed
             assert c.fenced(0) == expect, (now, last_hb, suspected)
             if expect:
                 assert c.leads(0) == 0
