@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(PY) -m bench.broker_bench
 	$(PY) -m bench.latency_bench
 	$(PY) -m bench.failover_bench
+	$(PY) -m bench.idle_bench
 	$(PY) -m bench.peer_bench
 	$(PY) -m bench.arrow_decode_bench
 	$(PY) -m bench.spark_bench
