@@ -15,10 +15,11 @@ Why the message count matters: a run that writes more than the kernel holds in r
 freed pages allocates page cache from memory the VM's host took back (virtio-balloon free
 page reporting), and the first touch of each such page costs a host fault inside the
 copy (copy_folio_from_iter_atomic), about 15x the copy itself. RF 3 writes three copies,
-so it crosses that line three times sooner. `--probe-mb` first measures the effect on
-its own: a plain file written 1 MiB at a time, CPU ms per GB for every 256 MiB, without
-and with drop-behind (storage/segment.py LogSegment.drop_behind, which the followers'
-logs use). Writes bench/results/replication_cost.json.
+so it crosses that line three times sooner; and a case run after another whose data is
+still on disk starts further into it (so each case's data is deleted when it ends).
+`--probe-mb` first measures the effect on its own: a plain file written 1 MiB at a time,
+CPU ms per GB for every 256 MiB, without and with drop-behind (storage/segment.py
+LogSegment.drop_behind, which the followers' logs use). Writes bench/results/replication_cost.json.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ def proc_counters(pid: int) -> dict[str, float]:
 
 
 def run_case(rf: int, messages: int, scratch: Path, round_no: int) -> dict:
+    """One fresh cluster; its data is deleted afterwards, as peer_bench does per round."""
+    scratch = scratch / f"rf{rf}-r{round_no}"
+    scratch.mkdir()
     cluster = Cluster(rf, scratch, 60.0, False, round_no)
     try:
         create_topic(cluster.bootstrap, "bench-cost", rf, {})
@@ -72,6 +76,7 @@ def run_case(rf: int, messages: int, scratch: Path, round_no: int) -> dict:
         after = [proc_counters(p) for p in cluster.broker_pids]
     finally:
         cluster.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
     per = [
         {k: round((a[k] - b[k]) * 1e6 / messages, 3) for k in a}
         for b, a in zip(before, after, strict=True)
