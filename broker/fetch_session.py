@@ -98,6 +98,15 @@ class FetchSession:
     last_used_ms: int
     epoch: int = 1  # the epoch the next incremental fetch must carry
     partitions: dict[Key, CachedPartition] = field(default_factory=dict)
+    # What an incremental fetch reads (broker/change_feed.py): the partitions marked in
+    # the broker's change feed since `feed_position` (-1: read all), found by (topic
+    # name, partition) in `by_tp`, plus `recheck` (errors, reads the byte budget cut)
+    # and the request's own; all of them after a broker change or every FULL_SCAN_MS.
+    feed_position: int = -1
+    by_tp: dict[tuple[str, int], Key] = field(default_factory=dict)
+    recheck: set[Key] = field(default_factory=set)
+    scanned_brokers: object = None
+    full_scan_ms: int = 0
 
     def rank(self) -> tuple[bool, int, int]:
         return (self.privileged, len(self.partitions), self.id)
