@@ -72,6 +72,7 @@ TP = tuple[str, int]
 FETCH_VERSION = 15  # topic ids, last fetched epoch, diverging epoch, broker epoch (KIP-903)
 _SIZE = struct.Struct(">i")
 THROTTLE_CHECK_MS = 100  # how often a throttled partition looks at its quota again
+FULL_REFRESH_MS = 2_000  # how often a fetcher looks at every partition's fetch state
 
 _write_header = entity_writer(RequestHeader)
 _write_request = entity_writer(FetchRequest)
@@ -273,6 +274,14 @@ class LeaderFetcher:
         self.cfg = cfg
         self.clock = clock
         self.partitions: dict[TP, int] = {}  # tp -> clock ms before which it rests
+        # What the next fetch asks for each partition, kept between rounds: a round
+        # looks again only at `_dirty` (answered, added, removed) and `_resting` ones
+        # whose rest is over, so it costs what changed, not every partition followed.
+        self._ready: dict[TP, FollowerFetchState] = {}
+        self._dirty: set[TP] = set()
+        self._resting: dict[TP, int] = {}
+        self._full_at = 0  # clock ms of the next look at every partition
+        self._names: dict[uuid.UUID, str] = {}  # topic names by id, for decoding answers
         self.lock = asyncio.Lock()  # held while an answer is applied
         self._wake = asyncio.Event()
         self._correlation = itertools.count(1)
@@ -292,6 +301,7 @@ class LeaderFetcher:
     def add(self, tps: Iterable[TP]) -> None:
         for tp in tps:
             self.partitions[tp] = 0
+            self._dirty.add(tp)
         self._wake.set()
 
     async def stop(self) -> None:
@@ -320,6 +330,56 @@ class LeaderFetcher:
         self._reader = FrameReceiver(2 * self.cfg.max_bytes + (1 << 20), leftover)
         self._writer.transport.set_protocol(self._reader)
 
+    def discard(self, tp: TP) -> None:
+        """Stop fetching `tp` (the caller holds `lock`)."""
+        self.partitions.pop(tp, None)
+        self._dirty.add(tp)
+
+    def _state(self, tp: TP, now: int, throttle: bool) -> FollowerFetchState | None:
+        """What the next fetch asks for `tp`, or None to leave it out (resting, not a
+        follower here now, throttled)."""
+        rest_until = self.partitions.get(tp)
+        if rest_until is None:
+            return None
+        if rest_until > now:
+            self._resting[tp] = rest_until
+            return None
+        self._resting.pop(tp, None)
+        st = self.target.follower_fetch_state(tp)
+        if st is None:
+            return None
+        if throttle and st.throttled:
+            # Kafka's follower throttle: left out while the quota is exceeded.
+            self.partitions[tp] = self._resting[tp] = now + THROTTLE_CHECK_MS
+            return None
+        self._names.setdefault(_uuid(st.topic_id), tp[0])
+        return st
+
+    def _refresh(self, now: int, throttle: bool) -> set[TP] | None:
+        """Bring `_ready` up to date: the partitions whose state may have moved (their
+        answer was applied, added, removed, done resting), or every one of them each
+        FULL_REFRESH_MS (what no answer tells us: a retention-moved log start, a
+        throttle). Returns the partitions it looked at (None: all)."""
+        ready = self._ready
+        if now >= self._full_at:
+            self._full_at = now + FULL_REFRESH_MS
+            self._dirty.clear()
+            self._resting.clear()
+            self._ready = {}
+            for tp in self.partitions:
+                if (st := self._state(tp, now, throttle)) is not None:
+                    self._ready[tp] = st
+            return None
+        dirty, self._dirty = self._dirty, set()
+        dirty.update(tp for tp, t in self._resting.items() if t <= now)
+        for tp in dirty:
+            st = self._state(tp, now, throttle)
+            if st is None:
+                ready.pop(tp, None)
+            else:
+                ready[tp] = st
+        return dirty
+
     async def _run(self) -> None:
         clock = self.clock
         backoff = 0.05
@@ -327,16 +387,10 @@ class LeaderFetcher:
             now = clock.monotonic_ms()
             quota = getattr(self.target, "follower_quota", None)
             throttle = quota is not None and quota.is_exceeded(now)
-            ready: dict[TP, FollowerFetchState] = {}
-            for tp, rest_until in self.partitions.items():
-                if rest_until <= now and (st := self.target.follower_fetch_state(tp)) is not None:
-                    if throttle and st.throttled:
-                        # Kafka's follower throttle: left out while the quota is exceeded.
-                        self.partitions[tp] = now + THROTTLE_CHECK_MS
-                        continue
-                    ready[tp] = st
+            touched = self._refresh(now, throttle)
+            ready = self._ready
             if not ready:
-                pending = [t for t in self.partitions.values() if t > now]
+                pending = list(self._resting.values())
                 wait = (min(pending) - now) / 1000 if pending else 1.0
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
@@ -344,7 +398,7 @@ class LeaderFetcher:
                         await self._wake.wait()
                 continue
             try:
-                answers = await self._fetch(ready)
+                answers = await self._fetch(ready, touched)
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
@@ -372,22 +426,28 @@ class LeaderFetcher:
                 )
             async with self.lock:
                 for tp, data in answers.items():
-                    if tp not in self.partitions:
+                    sent = ready.get(tp)
+                    if tp not in self.partitions or sent is None:
                         continue  # removed while the request was out
+                    self._dirty.add(tp)  # its state moves with the answer
                     try:
-                        code = await self.target.process_follower_data(tp, ready[tp], data)
+                        code = await self.target.process_follower_data(tp, sent, data)
                     except Exception:
                         log.exception("applying fetched data to %s-%d failed", *tp)
                         code = Errors.UNKNOWN_SERVER_ERROR
                     if code:
                         self.partitions[tp] = clock.monotonic_ms() + self.cfg.backoff_ms
 
-    async def _fetch(self, ready: dict[TP, FollowerFetchState]) -> dict[TP, FollowerData]:
+    async def _fetch(
+        self, ready: dict[TP, FollowerFetchState], touched: set[TP] | None = None
+    ) -> dict[TP, FollowerData]:
+        """One fetch for `ready`; `touched`: the only partitions whose state may differ
+        from the session's (None: any)."""
         if self._writer is None:
             await self._connect()
         assert self._reader is not None and self._writer is not None
         cid = next(self._correlation) & 0x7FFFFFFF
-        session, send, gone = self.session.request(ready)
+        session, send, gone = self.session.request(ready, touched)
         forgotten = [(self.session.sent[tp].topic_id, tp[1]) for tp in gone]
         frame = encode_fetch(
             cid,
@@ -403,7 +463,9 @@ class LeaderFetcher:
         await self._writer.drain()
         async with asyncio.timeout((self.cfg.max_wait_ms + self.cfg.socket_timeout_ms) / 1000):
             body = await self._reader.read_frame()
-        answer = decode_fetch(body, {_uuid(st.topic_id): tp[0] for tp, st in ready.items()})
+        for tp, st in send.items():
+            self._names.setdefault(_uuid(st.topic_id), tp[0])
+        answer = decode_fetch(body, self._names)
         if answer.correlation_id != cid:
             raise ConnectionError(f"correlation id {answer.correlation_id} does not match {cid}")
         if answer.error_code in SESSION_ERRORS:
@@ -420,8 +482,8 @@ class LeaderFetcher:
             raise ConnectionError(
                 f"broker {self.source_id} answered fetch with error {answer.error_code}"
             )
-        self.session.answered(answer.session_id, ready)
-        return answer.answers
+        self.session.answered(answer.session_id, ready, (send, gone))
+        return {tp: d for tp, d in answer.answers.items() if tp in ready}
 
 
 def _refused(exc: BaseException) -> bool:
@@ -488,7 +550,7 @@ class FetcherManager:
                 continue
             async with fetcher.lock:  # no answer is being applied to them after this
                 for tp in gone:
-                    fetcher.partitions.pop(tp, None)
+                    fetcher.discard(tp)
             if not fetcher.partitions:
                 del self._fetchers[source]
                 await fetcher.stop()
