@@ -177,17 +177,23 @@ def _session_topics(parts: dict[Key, CachedPartition], keys: Iterable[Key]) -> R
     return list(by_topic.items())
 
 
-def _index_session(
-    session: FetchSession, plan: FetchPlan, topics: list[FetchTopicOut], short: list[Key]
-) -> None:
-    """After a read: each read partition's key by (topic name, partition), for the change
-    feed's marks; the partitions the next fetch reads again whatever happens (errors are
-    answered on every fetch, as Kafka; reads the byte budget cut)."""
+def _index_plan(session: FetchSession, plan: FetchPlan) -> None:
+    """Each partition to read by (topic name, partition), for the change feed's marks
+    (before the fetch waits on them)."""
     by_tp = session.by_tp
     for key, items in plan:
         for index, item in items:
             if not isinstance(item, int):
                 by_tp[(item.topic, item.partition)] = (key, index)
+
+
+def _index_session(
+    session: FetchSession, plan: FetchPlan, topics: list[FetchTopicOut], short: list[Key]
+) -> None:
+    """After a read: the plan's partitions indexed (`_index_plan`) and the partitions the
+    next fetch reads again whatever happens (errors are answered on every fetch, as
+    Kafka; reads the byte budget cut)."""
+    _index_plan(session, plan)
     recheck = set(short)
     for key, answered in topics:
         for index, r, _records in answered:
@@ -276,6 +282,7 @@ class SessionRead:
             requested = _session_topics(s.partitions, keys)
             plan, _ = _plan(self.apis, requested, self.version, self.replica_id,
                             self.replica_epoch)  # fmt: skip
+            _index_plan(s, plan)  # marks of these partitions wake the wait below
             topics, total, answer_now, short = _read(
                 rm, plan, max_bytes, self.replica_id, self.isolation, {}, prev_ms, fresh
             )

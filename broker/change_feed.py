@@ -37,13 +37,12 @@ class ChangeFeed:
 
     def mark(self, tp: TP) -> None:
         entries = self._entries
-        # A partition marked again before anyone looked adds nothing new.
-        if not entries or entries[-1] != tp:
-            entries.append(tp)
-            if len(entries) > self.max_entries:
-                drop = len(entries) - self.max_entries // 2
-                del entries[:drop]
-                self._base += drop
+        # Every mark is an entry, repeats too: a session may have looked since the last.
+        entries.append(tp)
+        if len(entries) > self.max_entries:
+            drop = len(entries) - self.max_entries // 2
+            del entries[:drop]
+            self._base += drop
         if self._waiters:
             for fut in self._waiters:
                 if not fut.done():
