@@ -9,8 +9,10 @@ wait's last look made.
 
 Sessions (broker/fetch_session.py): the request's (session id, epoch) pick a sessionless
 full fetch, a full fetch creating a session, or an incremental one, which updates the
-session's partitions from the request, reads them all, and answers only those with
-news. Session errors are answered with the top-level code and no partitions, as Kafka.
+session's partitions from the request, reads those that may have news (`SessionRead`:
+named in the request, marked in the broker's change feed since the last fetch, or
+with an error; all of them every FULL_SCAN_MS) and answers only those with news.
+Session errors are answered with the top-level code and no partitions, as Kafka.
 
 Authorization follows Kafka's KafkaApis: one decision per topic; followers need
 CLUSTER_ACTION on the cluster, consumers READ on each topic.
