@@ -25,7 +25,9 @@ Phases, each with a condition deadline:
 `--profile DIR` runs `py-spy record --format raw` on every node for the whole run
 (flame-graph input, DIR/<role>-<id>.txt). Prints figures, writes JSON to
 bench/results/scale.json (or --out). CPU seconds of brokers and controllers are
-recorded per phase (utime + stime from /proc).
+recorded per phase (utime + stime from /proc), and each node's memory (VmRSS and its
+peak VmHWM from /proc/PID/status) after the create phase and at the end (target: broker
+RSS < 500 MB with 10,000 partitions hosted).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from tests.harness.raw_protocol import RawClient, request
 
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = {"create_visible_s": 20.0, "restart_isr_s": 60.0, "failover_leaders_moved_s": 3.0}
+RSS_TARGET_MIB = 500  # broker RSS with 10,000 partitions hosted (issue 16: < 500 MB)
 
 
 class BenchError(RuntimeError):
@@ -148,6 +151,36 @@ class LogFollower:
                         f"{self.image.offset}, last error {self.last_error!r})"
                     )
                 self._cond.wait(min(left, 1.0))
+
+
+def memory_of(pid: int) -> dict[str, float]:
+    """VmRSS and VmHWM (peak RSS) of a process, in MiB, from /proc/PID/status."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key.lower() + "_mib"] = round(int(value.split()[0]) / 1024, 1)
+    return out
+
+
+def memory(cluster: ProcCluster) -> dict[str, dict[str, dict[str, float]]]:
+    """Memory of each running node, by role and node id."""
+    out: dict[str, dict[str, dict[str, float]]] = {"brokers": {}, "controllers": {}}
+    for role, nodes in (("brokers", cluster.brokers), ("controllers", cluster.controllers)):
+        for n in nodes:
+            if n.running and n.pid:
+                with contextlib.suppress(OSError, ValueError):  # exited meanwhile
+                    out[role][str(n.node_id)] = memory_of(n.pid)
+    return out
+
+
+def print_memory(when: str, mem: dict[str, dict[str, dict[str, float]]]) -> None:
+    parts = [
+        f"{role[:-1]} {nid} {m.get('vmrss_mib', 0):.0f}/{m.get('vmhwm_mib', 0):.0f}"
+        for role, nodes in mem.items()
+        for nid, m in nodes.items()
+    ]
+    print(f"RSS/peak MiB {when}: " + ", ".join(parts) + f" (broker target < {RSS_TARGET_MIB} MB)")
 
 
 def partitions_of(image: MetadataImage, names: list[str]) -> list[Any]:
@@ -354,11 +387,13 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
                 "visible_on_all_brokers_s": round(t_visible - t0, 2),
                 "cpu_s": spent(c0),
             }
+            res["memory_after_create"] = memory(cluster)
             print(
                 f"create {total:,} partitions: answered {t_answered - t0:.1f} s, committed "
                 f"{t_committed - t0:.1f} s, leaders visible on every broker "
                 f"{t_visible - t0:.1f} s (target < {TARGETS['create_visible_s']:.0f} s)"
             )
+            print_memory("after create", res["memory_after_create"])
 
             # 2. produce (acks=all), checked after the failover
             c0 = cpu()
@@ -476,6 +511,8 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             print(f"stopped: {exc}", file=sys.stderr)
             res["error"] = str(exc)
         finally:
+            res["memory_at_end"] = memory(cluster)  # the SIGKILLed broker is absent
+            print_memory("at the end", res["memory_at_end"])
             for p in profilers:
                 p.send_signal(signal.SIGINT)
             for p in profilers:
@@ -523,6 +560,11 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "no_acked_loss": get("failover", "acked_messages_missing") == 0,
         "all_produced": get("produce", "failed") == 0,
+        "broker_rss_mib": all(
+            m.get("vmrss_mib", 1e9) < RSS_TARGET_MIB
+            for phase in ("memory_after_create", "memory_at_end")
+            for m in res.get(phase, {}).get("brokers", {}).values()
+        ),
     }
     print("targets:", ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in met.items()))
     body = {

@@ -98,6 +98,15 @@ class FetchSession:
     last_used_ms: int
     epoch: int = 1  # the epoch the next incremental fetch must carry
     partitions: dict[Key, CachedPartition] = field(default_factory=dict)
+    # What an incremental fetch reads (broker/change_feed.py): the partitions marked in
+    # the broker's change feed since `feed_position` (-1: read all), found by (topic
+    # name, partition) in `by_tp`, plus `recheck` (errors, reads the byte budget cut)
+    # and the request's own; all of them after a broker change or every FULL_SCAN_MS.
+    feed_position: int = -1
+    by_tp: dict[tuple[str, int], Key] = field(default_factory=dict)
+    recheck: set[Key] = field(default_factory=set)
+    scanned_brokers: object = None
+    full_scan_ms: int = 0
 
     def rank(self) -> tuple[bool, int, int]:
         return (self.privileged, len(self.partitions), self.id)
@@ -244,26 +253,54 @@ class ClientSession(Generic[K, S]):
         self.epoch = INITIAL_EPOCH  # the next fetch is full and asks for a (new) session
         self.sent: dict[K, S] = {}
 
-    def request(self, ready: dict[K, S]) -> tuple[tuple[int, int], dict[K, S], list[K]]:
-        """((session id, epoch), the partitions to send, the ones to forget)."""
+    def request(
+        self, ready: dict[K, S], touched: Iterable[K] | None = None
+    ) -> tuple[tuple[int, int], dict[K, S], list[K]]:
+        """((session id, epoch), the partitions to send, the ones to forget).
+        `touched`: the only partitions whose state may differ from what was sent (None:
+        compare them all); a fetcher of thousands of partitions knows which moved."""
         if self.epoch == INITIAL_EPOCH:
             return (self.id, INITIAL_EPOCH), ready, []
         sent = self.sent
-        changed = {k: st for k, st in ready.items() if sent.get(k) != st}
-        return (self.id, self.epoch), changed, [k for k in sent if k not in ready]
+        if touched is None:
+            changed = {k: st for k, st in ready.items() if sent.get(k) != st}
+            return (self.id, self.epoch), changed, [k for k in sent if k not in ready]
+        changed = {}
+        gone = []
+        for k in touched:
+            st = ready.get(k)
+            if st is None:
+                if k in sent:
+                    gone.append(k)
+            elif sent.get(k) != st:
+                changed[k] = st
+        return (self.id, self.epoch), changed, gone
 
-    def answered(self, session_id: int, ready: dict[K, S]) -> None:
-        """The leader answered the fetch built from `ready` without error."""
+    def answered(
+        self,
+        session_id: int,
+        ready: dict[K, S],
+        sent: tuple[dict[K, S], list[K]] | None = None,
+    ) -> None:
+        """The leader answered the fetch built from `ready` without error; `sent`: the
+        (changed, forgotten) partitions `request` gave (None: take `ready` whole)."""
         if self.epoch == INITIAL_EPOCH:
             self.id = session_id
             # No session (no slot for us): full fetches go on, each asking again.
             self.epoch = 1 if session_id != INVALID_SESSION_ID else INITIAL_EPOCH
-        elif session_id != self.id:  # the leader ended it (an error answer): start again
+            self.sent = dict(ready)
+            return
+        if session_id != self.id:  # the leader ended it (an error answer): start again
             self.reset(close_existing=False)
             return
-        else:
-            self.epoch = next_epoch(self.epoch)
-        self.sent = dict(ready)
+        self.epoch = next_epoch(self.epoch)
+        if sent is None:
+            self.sent = dict(ready)
+            return
+        changed, gone = sent
+        self.sent.update(changed)
+        for k in gone:
+            self.sent.pop(k, None)
 
     def reset(self, close_existing: bool) -> None:
         """The next fetch is full: it replaces our session (`close_existing`, e.g. after

@@ -12,9 +12,12 @@ Fetches go through a fetch session (KIP-227, `fetch_session.ClientSession`): aft
 first full fetch, a request carries only the partitions whose state changed (an append
 moved the fetch offset) and the leader answers only those with news (records, a new HW
 or log start, an error), so idle partitions cost nothing per round trip. A lost session
-(the leader restarted or evicted it) is replaced by a full fetch at once.
+(the leader restarted or evicted it) is replaced by a full fetch at once. A round
+looks only at the partitions whose state may have moved (answered, added, removed,
+done resting), and at all of them every FULL_REFRESH_MS: its cost is what changed, not
+the thousands of partitions a fetcher follows at scale.
 
-Requests are encoded with kio; answers are decoded by hand (`decode_fetch`) with each
+Requests are encoded with kio; answers are decoded by hand (broker/fetch_wire.py) with each
 partition's records a view into the response frame: the log appends from it, so the
 bytes are not copied between the socket buffer and the page cache, and their CRCs are
 checked once, by the log's `append_as_follower`.
@@ -31,74 +34,51 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import errno
-import functools
-import io
 import itertools
 import logging
 import re
-import struct
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Protocol
-
-from kio.schema.fetch.v15.request import (
-    FetchPartition,
-    FetchRequest,
-    FetchTopic,
-    ForgottenTopic,
-    ReplicaState,
-)
-from kio.schema.request_header.v2.header import RequestHeader
-from kio.schema.types import BrokerId
-from kio.serial import entity_writer
-from kio.static.primitive import i16, i32, i64
 
 from broker.connection import FrameReceiver
 from broker.fetch_session import ClientSession
+from broker.fetch_wire import (
+    FETCH_VERSION,
+    DecodedFetch,
+    FetcherConfig,
+    FollowerData,
+    FollowerFetchState,
+    _uuid,
+    decode_fetch,
+    encode_fetch,
+)
 from broker.security.inter_broker_login import connect
 from broker.security.listener_security import InterBrokerClientSecurity
 from broker.shutdownable import ShutdownableTask
-from common.api_keys import ApiKey
 from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import Errors
-from common.varint import read_uvarint, skip_tagged_fields
+
+# The wire side lives in broker/fetch_wire.py; these names are the fetcher's interface.
+__all__ = [
+    "FETCH_VERSION",
+    "DecodedFetch",
+    "FetcherConfig",
+    "FetcherManager",
+    "FollowerData",
+    "FollowerFetchState",
+    "LeaderFetcher",
+    "ReplicaTarget",
+    "decode_fetch",
+    "encode_fetch",
+]
 
 log = logging.getLogger("broker.fetcher")
 
 TP = tuple[str, int]
-FETCH_VERSION = 15  # topic ids, last fetched epoch, diverging epoch, broker epoch (KIP-903)
-_SIZE = struct.Struct(">i")
 THROTTLE_CHECK_MS = 100  # how often a throttled partition looks at its quota again
-
-_write_header = entity_writer(RequestHeader)
-_write_request = entity_writer(FetchRequest)
-_I32 = struct.Struct(">i")
-
-
-@dataclass(frozen=True, slots=True)
-class FollowerFetchState:
-    """What the next fetch for a partition asks for."""
-
-    leader_epoch: int
-    fetch_offset: int  # our LEO
-    last_fetched_epoch: int  # epoch of our last batch (-1: none)
-    log_start_offset: int
-    topic_id: str = ""  # the topic's UUID (Fetch v13+ names topics by id)
-    throttled: bool = False  # a replica being added: follower.replication.throttled.rate
-
-
-@dataclass(frozen=True, slots=True)
-class FollowerData:
-    """The leader's answer for one partition."""
-
-    error_code: int
-    high_watermark: int = -1
-    log_start_offset: int = -1
-    records: bytes | memoryview | None = None  # a view into the response frame
-    diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset)
+FULL_REFRESH_MS = 2_000  # how often a fetcher looks at every partition's fetch state
 
 
 class ReplicaTarget(Protocol):
@@ -109,137 +89,6 @@ class ReplicaTarget(Protocol):
     async def process_follower_data(
         self, tp: TP, sent: FollowerFetchState, data: FollowerData
     ) -> int: ...
-
-
-@dataclass(frozen=True)
-class FetcherConfig:
-    max_wait_ms: int = 500  # replica.fetch.wait.max.ms
-    min_bytes: int = 1  # replica.fetch.min.bytes
-    max_bytes: int = 10 * 1024 * 1024  # replica.fetch.response.max.bytes
-    partition_max_bytes: int = 1024 * 1024  # replica.fetch.max.bytes
-    backoff_ms: int = 1000  # replica.fetch.backoff.ms
-    socket_timeout_ms: int = 30_000  # replica.socket.timeout.ms
-
-
-def encode_fetch(
-    correlation_id: int,
-    client_id: str,
-    replica_id: int,
-    broker_epoch: int,
-    cfg: FetcherConfig,
-    partitions: dict[TP, FollowerFetchState],
-    session: tuple[int, int] = (0, -1),
-    forgotten: Iterable[tuple[str, int]] = (),
-) -> bytes:
-    """A Fetch v15 request for `partitions`; `session` is the KIP-227 (id, epoch) and
-    `forgotten` (topic id, partition) pairs leave it."""
-    by_topic: dict[uuid.UUID, list[FetchPartition]] = {}
-    for (_topic, p), st in partitions.items():
-        by_topic.setdefault(_uuid(st.topic_id), []).append(
-            FetchPartition(
-                partition=i32(p),
-                current_leader_epoch=i32(st.leader_epoch),
-                fetch_offset=i64(st.fetch_offset),
-                last_fetched_epoch=i32(st.last_fetched_epoch),
-                log_start_offset=i64(st.log_start_offset),
-                partition_max_bytes=i32(cfg.partition_max_bytes),
-            )
-        )
-    gone: dict[uuid.UUID, list[i32]] = {}
-    for topic_id, p in forgotten:
-        gone.setdefault(_uuid(topic_id), []).append(i32(p))
-    req = FetchRequest(
-        replica_state=ReplicaState(
-            replica_id=BrokerId(replica_id), replica_epoch=i64(broker_epoch)
-        ),
-        max_wait=datetime.timedelta(milliseconds=cfg.max_wait_ms),
-        min_bytes=i32(cfg.min_bytes),
-        max_bytes=i32(cfg.max_bytes),
-        session_id=i32(session[0]),
-        session_epoch=i32(session[1]),
-        topics=tuple(FetchTopic(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-        forgotten_topics_data=tuple(
-            ForgottenTopic(topic_id=t, partitions=tuple(ps)) for t, ps in gone.items()
-        ),
-    )
-    buf = io.BytesIO()
-    buf.write(b"\0\0\0\0")
-    _write_header(
-        buf,
-        RequestHeader(
-            request_api_key=i16(ApiKey.FETCH),
-            request_api_version=i16(FETCH_VERSION),
-            correlation_id=i32(correlation_id),
-            client_id=client_id,
-        ),
-    )
-    _write_request(buf, req)
-    out = buf.getbuffer()
-    _SIZE.pack_into(out, 0, len(out) - 4)
-    return bytes(out)
-
-
-@functools.lru_cache(maxsize=4096)
-def _uuid(topic_id: str) -> uuid.UUID:
-    return uuid.UUID(topic_id)
-
-
-_TOP = struct.Struct(">ihi")  # throttle, error code, session id
-_PART = struct.Struct(">ihqqq")  # index, error code, HW, LSO, log start offset
-_DIVERGING = struct.Struct(">iq")  # epoch, end offset
-
-
-@dataclass(frozen=True, slots=True)
-class DecodedFetch:
-    correlation_id: int
-    error_code: int
-    session_id: int
-    answers: dict[TP, FollowerData]
-
-
-def decode_fetch(frame: bytes | bytearray, names: dict[uuid.UUID, str]) -> DecodedFetch:
-    """A Fetch v15 response frame (without its size), by hand: each partition's records
-    are a memoryview into `frame` (no copy: the log appends from it). `names`: topic
-    names by id; a topic we did not ask for is skipped."""
-    mv = memoryview(frame)
-    end = len(frame)
-    (cid,) = _I32.unpack_from(frame, 0)
-    pos = skip_tagged_fields(frame, 4)
-    _throttle, error, session_id = _TOP.unpack_from(frame, pos)
-    pos += _TOP.size
-    out: dict[TP, FollowerData] = {}
-    n, pos = read_uvarint(frame, pos)
-    for _ in range(n - 1):
-        name = names.get(uuid.UUID(bytes=bytes(mv[pos : pos + 16])))
-        pos += 16
-        m, pos = read_uvarint(frame, pos)
-        for _ in range(m - 1):
-            index, err, hw, _lso, log_start = _PART.unpack_from(frame, pos)
-            pos += _PART.size
-            aborted, pos = read_uvarint(frame, pos)  # compact nullable: count + 1
-            for _ in range(aborted - 1):  # (producer id, first offset, tags): skipped
-                pos = skip_tagged_fields(frame, pos + 16)
-            pos += 4  # preferred read replica
-            size, pos = read_uvarint(frame, pos)
-            size -= 1
-            records = mv[pos : pos + size] if size > 0 else None
-            pos += max(0, size)
-            diverging = None
-            tags, pos = read_uvarint(frame, pos)
-            for _ in range(tags):
-                tag, pos = read_uvarint(frame, pos)
-                length, pos = read_uvarint(frame, pos)
-                if tag == 0:  # diverging epoch: (epoch, end offset, tags)
-                    epoch, end_offset = _DIVERGING.unpack_from(frame, pos)
-                    if epoch >= 0 or end_offset >= 0:
-                        diverging = (epoch, end_offset)
-                pos += length
-            if pos > end:
-                raise ConnectionError("fetch response runs past its frame")
-            if name is not None:
-                out[(name, index)] = FollowerData(err, hw, log_start, records, diverging)
-        pos = skip_tagged_fields(frame, pos)
-    return DecodedFetch(cid, error, session_id, out)
 
 
 # Answers that mean our session is gone or out of step: start a new one at once.
@@ -273,6 +122,14 @@ class LeaderFetcher:
         self.cfg = cfg
         self.clock = clock
         self.partitions: dict[TP, int] = {}  # tp -> clock ms before which it rests
+        # What the next fetch asks for each partition, kept between rounds: a round
+        # looks again only at `_dirty` (answered, added, removed) and `_resting` ones
+        # whose rest is over, so it costs what changed, not every partition followed.
+        self._ready: dict[TP, FollowerFetchState] = {}
+        self._dirty: set[TP] = set()
+        self._resting: dict[TP, int] = {}
+        self._full_at = 0  # clock ms of the next look at every partition
+        self._names: dict[uuid.UUID, str] = {}  # topic names by id, for decoding answers
         self.lock = asyncio.Lock()  # held while an answer is applied
         self._wake = asyncio.Event()
         self._correlation = itertools.count(1)
@@ -292,6 +149,7 @@ class LeaderFetcher:
     def add(self, tps: Iterable[TP]) -> None:
         for tp in tps:
             self.partitions[tp] = 0
+            self._dirty.add(tp)
         self._wake.set()
 
     async def stop(self) -> None:
@@ -320,6 +178,56 @@ class LeaderFetcher:
         self._reader = FrameReceiver(2 * self.cfg.max_bytes + (1 << 20), leftover)
         self._writer.transport.set_protocol(self._reader)
 
+    def discard(self, tp: TP) -> None:
+        """Stop fetching `tp` (the caller holds `lock`)."""
+        self.partitions.pop(tp, None)
+        self._dirty.add(tp)
+
+    def _state(self, tp: TP, now: int, throttle: bool) -> FollowerFetchState | None:
+        """What the next fetch asks for `tp`, or None to leave it out (resting, not a
+        follower here now, throttled)."""
+        rest_until = self.partitions.get(tp)
+        if rest_until is None:
+            return None
+        if rest_until > now:
+            self._resting[tp] = rest_until
+            return None
+        self._resting.pop(tp, None)
+        st = self.target.follower_fetch_state(tp)
+        if st is None:
+            return None
+        if throttle and st.throttled:
+            # Kafka's follower throttle: left out while the quota is exceeded.
+            self.partitions[tp] = self._resting[tp] = now + THROTTLE_CHECK_MS
+            return None
+        self._names.setdefault(_uuid(st.topic_id), tp[0])
+        return st
+
+    def _refresh(self, now: int, throttle: bool) -> set[TP] | None:
+        """Bring `_ready` up to date: the partitions whose state may have moved (their
+        answer was applied, added, removed, done resting), or every one of them each
+        FULL_REFRESH_MS (what no answer tells us: a retention-moved log start, a
+        throttle). Returns the partitions it looked at (None: all)."""
+        ready = self._ready
+        if now >= self._full_at:
+            self._full_at = now + FULL_REFRESH_MS
+            self._dirty.clear()
+            self._resting.clear()
+            self._ready = {}
+            for tp in self.partitions:
+                if (st := self._state(tp, now, throttle)) is not None:
+                    self._ready[tp] = st
+            return None
+        dirty, self._dirty = self._dirty, set()
+        dirty.update(tp for tp, t in self._resting.items() if t <= now)
+        for tp in dirty:
+            st = self._state(tp, now, throttle)
+            if st is None:
+                ready.pop(tp, None)
+            else:
+                ready[tp] = st
+        return dirty
+
     async def _run(self) -> None:
         clock = self.clock
         backoff = 0.05
@@ -327,16 +235,10 @@ class LeaderFetcher:
             now = clock.monotonic_ms()
             quota = getattr(self.target, "follower_quota", None)
             throttle = quota is not None and quota.is_exceeded(now)
-            ready: dict[TP, FollowerFetchState] = {}
-            for tp, rest_until in self.partitions.items():
-                if rest_until <= now and (st := self.target.follower_fetch_state(tp)) is not None:
-                    if throttle and st.throttled:
-                        # Kafka's follower throttle: left out while the quota is exceeded.
-                        self.partitions[tp] = now + THROTTLE_CHECK_MS
-                        continue
-                    ready[tp] = st
+            touched = self._refresh(now, throttle)
+            ready = self._ready
             if not ready:
-                pending = [t for t in self.partitions.values() if t > now]
+                pending = list(self._resting.values())
                 wait = (min(pending) - now) / 1000 if pending else 1.0
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
@@ -344,7 +246,7 @@ class LeaderFetcher:
                         await self._wake.wait()
                 continue
             try:
-                answers = await self._fetch(ready)
+                answers = await self._fetch(ready, touched)
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
@@ -372,22 +274,28 @@ class LeaderFetcher:
                 )
             async with self.lock:
                 for tp, data in answers.items():
-                    if tp not in self.partitions:
+                    sent = ready.get(tp)
+                    if tp not in self.partitions or sent is None:
                         continue  # removed while the request was out
+                    self._dirty.add(tp)  # its state moves with the answer
                     try:
-                        code = await self.target.process_follower_data(tp, ready[tp], data)
+                        code = await self.target.process_follower_data(tp, sent, data)
                     except Exception:
                         log.exception("applying fetched data to %s-%d failed", *tp)
                         code = Errors.UNKNOWN_SERVER_ERROR
                     if code:
                         self.partitions[tp] = clock.monotonic_ms() + self.cfg.backoff_ms
 
-    async def _fetch(self, ready: dict[TP, FollowerFetchState]) -> dict[TP, FollowerData]:
+    async def _fetch(
+        self, ready: dict[TP, FollowerFetchState], touched: set[TP] | None = None
+    ) -> dict[TP, FollowerData]:
+        """One fetch for `ready`; `touched`: the only partitions whose state may differ
+        from the session's (None: any)."""
         if self._writer is None:
             await self._connect()
         assert self._reader is not None and self._writer is not None
         cid = next(self._correlation) & 0x7FFFFFFF
-        session, send, gone = self.session.request(ready)
+        session, send, gone = self.session.request(ready, touched)
         forgotten = [(self.session.sent[tp].topic_id, tp[1]) for tp in gone]
         frame = encode_fetch(
             cid,
@@ -403,7 +311,9 @@ class LeaderFetcher:
         await self._writer.drain()
         async with asyncio.timeout((self.cfg.max_wait_ms + self.cfg.socket_timeout_ms) / 1000):
             body = await self._reader.read_frame()
-        answer = decode_fetch(body, {_uuid(st.topic_id): tp[0] for tp, st in ready.items()})
+        for tp, st in send.items():
+            self._names.setdefault(_uuid(st.topic_id), tp[0])
+        answer = decode_fetch(body, self._names)
         if answer.correlation_id != cid:
             raise ConnectionError(f"correlation id {answer.correlation_id} does not match {cid}")
         if answer.error_code in SESSION_ERRORS:
@@ -420,8 +330,8 @@ class LeaderFetcher:
             raise ConnectionError(
                 f"broker {self.source_id} answered fetch with error {answer.error_code}"
             )
-        self.session.answered(answer.session_id, ready)
-        return answer.answers
+        self.session.answered(answer.session_id, ready, (send, gone))
+        return {tp: d for tp, d in answer.answers.items() if tp in ready}
 
 
 def _refused(exc: BaseException) -> bool:
@@ -488,7 +398,7 @@ class FetcherManager:
                 continue
             async with fetcher.lock:  # no answer is being applied to them after this
                 for tp in gone:
-                    fetcher.partitions.pop(tp, None)
+                    fetcher.discard(tp)
             if not fetcher.partitions:
                 del self._fetchers[source]
                 await fetcher.stop()

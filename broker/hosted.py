@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from broker.change_feed import ChangeFeed
 from broker.fetcher import FollowerData, FollowerFetchState
 from broker.partition import AlterIsr, Partition
 from broker.producer_recovery import aborted_entry, log_headers, reload_producers, take_snapshot
@@ -118,6 +119,9 @@ class HostedPartition:
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
     # Its role is changing (files being prepared): requests get NOT_LEADER_OR_FOLLOWER.
     transitioning: bool = False
+    # The replica manager's change feed: every wake is marked there too (fetch sessions
+    # read only the partitions marked since their last fetch).
+    feed: ChangeFeed | None = None
 
     @property
     def tp(self) -> tuple[str, int]:
@@ -141,6 +145,8 @@ class HostedPartition:
 
     def wake(self) -> None:
         wake(self.waiters)
+        if self.feed is not None:
+            self.feed.mark((self.core.topic, self.core.partition))
 
     # -- roles --------------------------------------------------------------------------------
 
@@ -327,6 +333,7 @@ class HostedPartition:
         broker_epoch: int = -1,
         found: FetchDataInfo | None = None,
         follower_log_start: int = -1,
+        prev_fetch_ms: int = -1,
     ) -> tuple[FetchResult, AlterIsr | None]:
         """A follower's fetch, on the leader: the divergence check (KIP-320), then its
         position (HW, ISR lag), then our log up to the LEO. Also returns the ISR
@@ -335,7 +342,8 @@ class HostedPartition:
         when it is fenced or shutting down; `broker_epoch`: the one its fetch named,
         KIP-903, -1 for none). `found`: this very read, already made by a long-poll's
         wait (`read_for_follower`), so the log is not read twice. `follower_log_start`:
-        the follower's log start offset, which pending DeleteRecords wait on."""
+        the follower's log start offset, which pending DeleteRecords wait on.
+        `prev_fetch_ms`: see `Partition.on_follower_fetch`."""
         core, lg = self.core, self.log
         if replica_id not in core.replicas or core.is_stale_fetch(replica_id, broker_epoch):
             return FetchResult(Errors.NOT_LEADER_OR_FOLLOWER), None
@@ -350,7 +358,13 @@ class HostedPartition:
             low = core.low_watermark(lg.log_start_offset)
             finish_acks(
                 core.on_follower_fetch(
-                    replica_id, fetch_offset, leo, now_ms, broker_epoch, follower_log_start
+                    replica_id,
+                    fetch_offset,
+                    leo,
+                    now_ms,
+                    broker_epoch,
+                    follower_log_start,
+                    prev_fetch_ms,
                 )
             )
             if core.high_watermark != hw or core.low_watermark(lg.log_start_offset) != low:

@@ -220,10 +220,17 @@ class Partition(Generic[T]):
         now_ms: int,
         broker_epoch: int = -1,
         log_start_offset: int = UNKNOWN_OFFSET,
+        prev_fetch_ms: int = -1,
     ) -> list[tuple[T, int]]:
         """A follower fetched at `fetch_offset` (so it holds every offset below it) in our
         current epoch, past the divergence check and `is_stale_fetch`, naming its own log
-        start offset (for the low watermark). Returns produces now complete."""
+        start offset (for the low watermark). Returns produces now complete.
+
+        `prev_fetch_ms`: the follower's previous fetch of its session, when this
+        partition was in it but not read then (nothing had changed: an incremental
+        fetch reads only what changed). Unread, it was as caught up then as at its last
+        read, which is what Kafka, reading every partition of the session on every
+        fetch, would have recorded."""
         state = self._remote.get(replica_id)
         if not self.is_leader or state is None:
             return []
@@ -234,7 +241,9 @@ class Partition(Generic[T]):
             state.last_caught_up_ms = max(state.last_caught_up_ms, now_ms)
         elif state.last_fetch_leader_leo != UNKNOWN_OFFSET and leo >= state.last_fetch_leader_leo:
             # It has everything we had when it last fetched: caught up as of that fetch.
-            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+            state.last_caught_up_ms = max(
+                state.last_caught_up_ms, state.last_fetch_ms, prev_fetch_ms
+            )
         state.leo = leo
         state.last_fetch_ms = now_ms
         state.last_fetch_leader_leo = local_leo

@@ -61,6 +61,7 @@ def delete_on_leader(h: HostedPartition, offset: int) -> tuple[DeleteRecordsResu
         return DeleteRecordsResult(Errors.OFFSET_OUT_OF_RANGE, error_message=why), -1
     if lg.delete_records_before(target):
         log.info("%s: log start offset moved to %d by DeleteRecords", h.name, target)
+        h.wake()  # fetch sessions tell followers and consumers the new log start
     return DeleteRecordsResult(Errors.NONE, core.low_watermark(lg.log_start_offset)), target
 
 

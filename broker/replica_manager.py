@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from broker.alter_partition import AlterPartitionManager
+from broker.change_feed import ChangeFeed
 from broker.config import BrokerConfig
 from broker.dynamic_config import DynamicBrokerConfig
 from broker.fetch_session import DEFAULT_CACHE_SLOTS, FetchSessionCache
@@ -114,6 +115,8 @@ class ReplicaManager:
         # producer id, epoch) has added (topic, partition) to its transaction; 0 = yes.
         # None: no verification (transactional batches are taken as they come).
         self.verifier: Verifier | None = None
+        # Partitions whose wake-ups fetch sessions have not seen (broker/change_feed.py).
+        self.change_feed = ChangeFeed()
         # KIP-227: incremental fetch sessions of clients and followers (broker/fetch_session.py).
         slots = config.properties.get("max.incremental.fetch.session.cache.slots")
         self.fetch_sessions = FetchSessionCache(
@@ -320,7 +323,7 @@ class ReplicaManager:
                 core.high_watermark = min(
                     self._checkpointed_hw.get(pl.tp, 0), pl.log.log_end_offset
                 )
-                h = HostedPartition(core, pl.log, pl.producers)
+                h = HostedPartition(core, pl.log, pl.producers, feed=self.change_feed)
                 self._partitions[pl.tp] = h
             reg = pl.reg
             if h.install(reg, now):
@@ -537,11 +540,12 @@ class ReplicaManager:
         replica_id: int,
         isolation_level: int,
         found: FetchDataInfo | None = None,
+        prev_fetch_ms: int = -1,
     ) -> FetchResult:
         """Read from the log: consumers up to the HW, followers (replica_id >= 0) up to
         the LEO, recording the follower's fetch offset for ISR/HW. `found`: this very
         read as `wait_for_data` just made it (nothing ran since), used instead of
-        reading again."""
+        reading again. `prev_fetch_ms`: see `Partition.on_follower_fetch`."""
         h = self._leader(p.topic, p.partition, p.current_leader_epoch)
         if isinstance(h, int):
             return FetchResult(h)
@@ -557,6 +561,7 @@ class ReplicaManager:
                 p.replica_epoch,
                 found,
                 p.log_start_offset,
+                prev_fetch_ms,
             )
             if expand is not None:
                 self._propose_isr(h, expand, "expanding")

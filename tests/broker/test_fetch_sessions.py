@@ -71,6 +71,31 @@ def test_incremental_fetches_answer_only_what_changed(client: RawClient) -> None
     assert list(answered(resp)) == [("t", 1)]
 
 
+def test_an_incremental_fetch_reads_only_what_changed(tmp_path: Path) -> None:
+    """Issue 16: a session of many partitions (a follower's holds thousands) must not
+    cost a read of every one of them per fetch, or one acks=all message per partition
+    costs O(partitions^2). Only the partitions the request names or that changed since
+    (the broker's change feed) are read."""
+    b = BrokerThread(tmp_path)
+    c = RawClient(b.host, b.port)
+    try:
+        b.runtime.add_topic("many", 300)
+        parts = [("many", i, 0, 1 << 20) for i in range(300)]
+        sid = open_session(c, parts)
+        calls = b.runtime.fetch_calls
+        resp = c.call(1, 12, fetch([], session_id=sid, session_epoch=1))
+        assert answered(resp) == {}
+        assert b.runtime.fetch_calls - calls < 10
+        c.call(0, 9, produce("many", 7, batch(2)))
+        calls = b.runtime.fetch_calls
+        resp = c.call(1, 12, fetch([("many", 9, 0, 1 << 20)], session_id=sid, session_epoch=2))
+        assert list(answered(resp)) == [("many", 7)]  # the news; 9 has none to tell
+        assert b.runtime.fetch_calls - calls < 10
+    finally:
+        c.close()
+        b.stop()
+
+
 def test_forgotten_partitions_leave_the_session(client: RawClient) -> None:
     sid = open_session(client)
     resp = client.call(1, 12, fetch([], session_id=sid, session_epoch=1, forgotten=[("t", 1)]))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from broker.apis import KafkaApis
+from broker.change_feed import ChangeFeed
 from broker.dynamic_config import DynamicBrokerConfig
 from broker.fetch_session import FetchSessionCache
 from broker.group.config import GroupConfig
@@ -83,6 +84,7 @@ class FakeRuntime:
         # The broker configs DescribeConfigs shows: static only.
         self.dynamic = DynamicBrokerConfig(BROKER_ID, {"log.dirs": str(root)}, LogConfig())
         self.fetch_sessions = FetchSessionCache(max_slots=3)  # KIP-227; small, to test eviction
+        self.change_feed = ChangeFeed()  # what incremental fetches read: produces mark it
         self.clock_ms = 0  # what now_ms answers (session eviction ages), moved by tests
 
     def now_ms(self) -> int:
@@ -136,6 +138,7 @@ class FakeRuntime:
         self.produce_calls += 1
         log = self.logs[(topic, partition)]
         info = log.append_checked_as_leader(batches, leader_epoch=0)
+        self.change_feed.mark((topic, partition))
         self._wake()
         return ProduceResult(0, info.first_offset, info.log_append_time_ms, log.log_start_offset)
 
@@ -150,6 +153,7 @@ class FakeRuntime:
         replica_id: int,
         isolation_level: int,
         found: FetchDataInfo | None = None,
+        prev_fetch_ms: int = -1,
     ) -> FetchResult:
         self.fetch_calls += 1
         log = self.logs.get((p.topic, p.partition))
