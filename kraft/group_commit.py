@@ -84,6 +84,35 @@ def plan_group(
     plus the records planned before each; one `Planned` per request planned. Once the
     group holds `max_records` records the rest are left out (the caller queues them
     for the next group): the answer is shorter than `requests`."""
+    return _plan(decider, image, next_offset, requests, now_ms, max_records, False)[0]
+
+
+def plan_entry(
+    decider: Decider,
+    image: MetadataImage,
+    next_offset: int,
+    requests: Sequence[Any],
+    now_ms: int,
+    max_records: int = MAX_GROUP_RECORDS,
+) -> tuple[list[Planned], MetadataImage, int]:
+    """`plan_group`, and the image the entry leaves behind if it applies, with the offset
+    after it: what the next pipelined entry is decided on. Here the last decision is
+    projected too (so one that does not apply is left out, as the others)."""
+    planned, projected, count = _plan(
+        decider, image, next_offset, requests, now_ms, max_records, True
+    )
+    return planned, projected, next_offset + count
+
+
+def _plan(
+    decider: Decider,
+    image: MetadataImage,
+    next_offset: int,
+    requests: Sequence[Any],
+    now_ms: int,
+    max_records: int,
+    project_last: bool,
+) -> tuple[list[Planned], MetadataImage, int]:
     out: list[Planned] = []
     projected = image
     count = 0  # records projected so far = the next one's position in the entry
@@ -124,4 +153,6 @@ def plan_group(
         pending = len(out) - 1
     # A last decision left unprojected goes in unchecked: if its records do not apply,
     # the state machine refuses the entry and the node decides each request again alone.
-    return out
+    if project_last:
+        settle()
+    return out, projected, count
