@@ -32,7 +32,7 @@ from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import Errors
 from kraft.controller import QuorumController
 from kraft.controller_config import ControllerNodeConfig
-from kraft.group_commit import MAX_GROUP, Planned, plan_entry, plan_group
+from kraft.group_commit import MAX_GROUP, Planned, Projection, plan_entry, plan_group
 from kraft.pipeline import Entry, Outcome, Pipeline
 from kraft.quorum import Quorum, QuorumError
 from kraft.service import ControllerApiError, NotActiveController
@@ -308,8 +308,10 @@ class ControllerNode:
                         continue
                     group = self._queue[:MAX_GROUP]
                     del self._queue[:MAX_GROUP]
-                    if group:
-                        self._propose(group)
+                    if group and not self._propose(group):
+                        group = []  # queued again, not failed
+                        self._settled.clear()
+                        await self._settled.wait()
             except Exception as exc:  # noqa: BLE001 - every waiter must hear of it
                 for _, fut in group:
                     if not fut.done():
@@ -322,38 +324,36 @@ class ControllerNode:
             self._settled.clear()
             await self._settled.wait()
 
-    def _propose(self, group: list[_Waiter]) -> None:
+    def _propose(self, group: list[_Waiter]) -> bool:
         """Decide `group` on the pipeline's view and start appending it as one entry
-        (without waiting for it to commit)."""
+        (without waiting for it to commit); False: not now, `group` went back to the
+        queue until an entry settles."""
         epoch = self._require_active()
         now_ms = self.clock.monotonic_ms()
-        image, first, after = self._pipeline.view(self.quorum.image(), self.quorum.next_offset)
+        view = self._pipeline.view(self.quorum.image(), self.quorum.next_offset)
+        if view is None:  # the newest entry will be refused: wait for it (and the redo)
+            self._queue[:0] = group
+            return False
+        image, first, after = view
         requests = [req for req, _ in group]
-        pipelined = self._pipeline.max_inflight > 1
-        if pipelined:  # the next entry may be decided on this one's projection
-            planned, image_after, next_after = plan_entry(
-                self.controller, image, first, requests, now_ms
-            )
+        projection: Projection | None = None
+        if self._pipeline.max_inflight > 1:  # the next entry may be decided on this one
+            planned, projection = plan_entry(self.controller, image, first, requests, now_ms)
         else:
-            planned, image_after, next_after = (
-                plan_group(self.controller, image, first, requests, now_ms),
-                None,
-                -1,
-            )
+            planned = plan_group(self.controller, image, first, requests, now_ms)
         if len(planned) < len(group):  # the entry is full: the rest go first next time
             self._queue[:0] = group[len(planned) :]
             del group[len(planned) :]
         records = [r for p in planned for r in p.records]
         if not records:
             self._answer(group, planned, None)
-            return
-        seq = self.quorum.new_seq() if pipelined else None
-        entry = self._pipeline.add(
-            Entry(group, planned, seq, after, image_after, next_after)  # type: ignore[arg-type]
-        )
+            return True
+        seq = None if projection is None else self.quorum.new_seq()
+        entry = self._pipeline.add(Entry(group, planned, seq, after, projection))
         task = asyncio.create_task(self._settle(entry, epoch, records))
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
+        return True
 
     async def _settle(self, entry: Entry[_Waiter], epoch: int, records: list[Record]) -> None:
         result: AppendResult | None = None
@@ -381,11 +381,12 @@ class ControllerNode:
                 log.info(
                     "entry of %d requests re-taken one by one: %s", len(entry.waiters), result.error
                 )
-                self._kick()
             else:
                 self._answer(entry.waiters, entry.planned, result)
         finally:
             self._settled.set()
+            if self._pipeline.redo_ready():  # whichever entry settles last starts the redo
+                self._kick()
 
     @staticmethod
     def _answer(group: list[_Waiter], planned: list[Planned], result: AppendResult | None) -> None:

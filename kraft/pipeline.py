@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Generic, TypeVar
 
-from kraft.group_commit import Planned
+from kraft.group_commit import Planned, Projection
 from kraft.state_machine import AppendResult, AppendStatus
 from metadata_log.image import MetadataImage
 
@@ -51,8 +51,7 @@ class Entry(Generic[W]):
     planned: list[Planned]
     seq: int | None = None
     after: int | None = None
-    image: MetadataImage | None = None
-    next_offset: int = -1
+    projection: Projection | None = None
     key: int = -1  # set by the pipeline
 
 
@@ -88,18 +87,23 @@ class Pipeline(Generic[W]):
 
     def view(
         self, committed: MetadataImage, committed_next: int
-    ) -> tuple[MetadataImage, int, int | None]:
+    ) -> tuple[MetadataImage, int, int | None] | None:
         """What the next entry is decided on: the image, its next offset, and the seq it
-        must follow (None: the committed image, nothing to follow).
+        must follow (None: the committed image, nothing to follow). None when the newest
+        entry in flight cannot apply as projected: it will be refused, and so would any
+        entry decided after it; the caller waits for it to settle.
 
         The newest proposed entry's projection while it is in flight. Once it settled,
         the committed image: had it applied, everything before it had too (each one
         follows the one before), so the committed image holds them all; had it not,
         the pipeline is redoing and proposes nothing."""
         tail = self._inflight.get(self._last_key)
-        if tail is None or tail.image is None:
+        if tail is None or tail.projection is None:
             return committed, committed_next, None
-        return tail.image, tail.next_offset, tail.seq
+        after = tail.projection.resolve()
+        if after is None:
+            return None
+        return after[0], after[1], tail.seq
 
     def add(self, entry: Entry[W]) -> Entry[W]:
         assert self.has_room(), "proposed without room"

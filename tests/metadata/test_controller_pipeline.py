@@ -120,8 +120,11 @@ def _simulate(
         if not (queue and pipe.has_room()):
             return
         group = queue[:n]
-        image, first, after = pipe.view(c.sm.image, c.sm.next_offset)
-        planned, image_after, next_after = plan_entry(
+        view = pipe.view(c.sm.image, c.sm.next_offset)
+        if view is None:  # the newest entry will be refused: wait for it
+            return
+        image, first, after = view
+        planned, projection = plan_entry(
             c.controller, image, first, [requests[i] for i in group], 5
         )
         del queue[: len(planned)]
@@ -130,7 +133,7 @@ def _simulate(
         if not records:
             answer(group, planned, None)
             return
-        entry = pipe.add(Entry(group, planned, next(c.seq), after, image_after, next_after))
+        entry = pipe.add(Entry(group, planned, next(c.seq), after, projection))
         raft.append((entry, records))
 
     def answer(group: list[int], planned: list[Any], result: AppendResult | None) -> None:
