@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -46,6 +47,7 @@ from tests.metadata.test_controller_managers import (
     new_controller,
     registration,
 )
+from tests.metadata.test_quorum_adapter import elected, start_quorums
 
 # More requests than the group-commit tests: enough for several entries in flight.
 MANY_REQUESTS = st.lists(
@@ -359,3 +361,48 @@ async def _entries_after_a_failed_one_are_redecided() -> None:
 
 def test_an_entry_after_one_that_did_not_apply_is_decided_again() -> None:
     asyncio.run(_entries_after_a_failed_one_are_redecided())
+
+
+# -- through real pysyncobj voters ---------------------------------------------------------------
+
+
+def test_pipelined_appends_through_raft_land_in_order_and_a_broken_chain_stops(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        quorums = await start_quorums(tmp_path)
+        try:
+            leader = await elected(quorums)
+            term = leader.term
+            barrier = await leader.append(term, [ControllerEpochRecord(term, leader.node_id)])
+            assert barrier.status == AppendStatus.OK
+            # 20 entries in flight at once, each decided after the one before it.
+            seqs = [leader.new_seq() for _ in range(20)]
+            results = await asyncio.gather(
+                *(
+                    leader.append(term, [NoOpRecord()], seq=s, after=prev)
+                    for s, prev in zip(seqs, [None, *seqs[:-1]], strict=True)
+                )
+            )
+            assert [r.status for r in results] == [AppendStatus.OK] * 20
+            assert [r.first_offset for r in results] == sorted(r.first_offset for r in results)
+            # The first of a chain is refused (a stale epoch): every later one is too.
+            seqs = [leader.new_seq() for _ in range(5)]
+            epochs = [term - 1] + [term] * 4
+            broken = await asyncio.gather(
+                *(
+                    leader.append(e, [NoOpRecord()], seq=s, after=prev)
+                    for e, s, prev in zip(epochs, seqs, [None, *seqs[:-1]], strict=True)
+                )
+            )
+            assert broken[0].status == AppendStatus.STALE_CONTROLLER_EPOCH
+            assert all(r.status == AppendStatus.INVALID for r in broken[1:])
+            end = results[-1].last_offset + 1
+            for q in quorums:  # the same outcome on every voter
+                assert await q.wait_for_offset(end - 1, 5)
+                assert q.next_offset == end
+        finally:
+            for q in quorums:
+                await q.stop()
+
+    asyncio.run(main())
