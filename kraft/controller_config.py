@@ -51,6 +51,13 @@ class ControllerNodeConfig:
     num_partitions: int = 1
     default_replication_factor: int = 1
     max_retained_records: int = 50_000
+    # controller.max.inflight.entries (ours): Raft entries the active controller keeps in
+    # flight, each decided on the projection of those before it (kraft/pipeline.py);
+    # 1 waits for each entry to commit before deciding the next. Default 1: with three
+    # controllers on one 2-core host (commit ~1 ms, CPU-bound) 4 in flight measured no
+    # faster (AlterPartition 0.77x-0.86x: more, smaller entries and the projections cost
+    # CPU); it pays where a commit waits on the network or a disk, not on the CPU.
+    max_inflight_entries: int = 1
     max_body_bytes: int = 1 << 20
     unclean_leader_election: bool = False
     auto_leader_rebalance_enable: bool = True
@@ -174,6 +181,7 @@ def from_properties(values: Mapping[str, str]) -> ControllerNodeConfig:
             "default.replication.factor", 1, min=1, max=32_767
         ),
         max_retained_records=props.get_int("metadata.max.retained.records", 50_000, min=100),
+        max_inflight_entries=props.get_int("controller.max.inflight.entries", 1, min=1, max=64),
         # Kafka's name for the largest request; its 100 MiB default is for the binary
         # protocol, a JSON admin API needs far less.
         max_body_bytes=props.get_int("socket.request.max.bytes", 1 << 20, min=1024),

@@ -84,6 +84,62 @@ def plan_group(
     plus the records planned before each; one `Planned` per request planned. Once the
     group holds `max_records` records the rest are left out (the caller queues them
     for the next group): the answer is shorter than `requests`."""
+    return _plan(decider, image, next_offset, requests, now_ms, max_records)[0]
+
+
+@dataclass(slots=True)
+class Projection:
+    """The image an entry leaves behind if it applies, and the offset after it: what the
+    next pipelined entry is decided on. Lazy: the entry's last decision is projected only
+    when a next entry is decided while this one is in flight (projecting costs as much as
+    applying, and most entries commit before anything is decided on them)."""
+
+    image: MetadataImage  # every decision of the entry but `last` projected
+    next_offset: int  # where `last` starts
+    last: tuple = ()
+    failed: str | None = None  # `last` does not apply: the entry will be refused
+
+    def resolve(self) -> tuple[MetadataImage, int] | None:
+        """(image, next offset) after the whole entry, or None when it cannot apply."""
+        if self.last:
+            last, self.last = self.last, ()
+            try:
+                self.image, _ = apply_records(
+                    self.image, self.next_offset, list(last), encoded=False
+                )
+            except MetadataReplayError as exc:
+                self.failed = str(exc)
+                return None
+            self.next_offset += len(last)
+        return None if self.failed is not None else (self.image, self.next_offset)
+
+
+def plan_entry(
+    decider: Decider,
+    image: MetadataImage,
+    next_offset: int,
+    requests: Sequence[Any],
+    now_ms: int,
+    max_records: int = MAX_GROUP_RECORDS,
+) -> tuple[list[Planned], Projection]:
+    """`plan_group`, and the projection of the entry for the one after it."""
+    planned, projected, count, pending = _plan(
+        decider, image, next_offset, requests, now_ms, max_records
+    )
+    last = () if pending is None else planned[pending].records
+    return planned, Projection(projected, next_offset + count, last)
+
+
+def _plan(
+    decider: Decider,
+    image: MetadataImage,
+    next_offset: int,
+    requests: Sequence[Any],
+    now_ms: int,
+    max_records: int,
+) -> tuple[list[Planned], MetadataImage, int, int | None]:
+    """The plan, the projection of all but the last decision with records, how many
+    records that projection holds, and the last one's index (None: none pending)."""
     out: list[Planned] = []
     projected = image
     count = 0  # records projected so far = the next one's position in the entry
@@ -124,4 +180,4 @@ def plan_group(
         pending = len(out) - 1
     # A last decision left unprojected goes in unchecked: if its records do not apply,
     # the state machine refuses the entry and the node decides each request again alone.
-    return out
+    return out, projected, count, pending

@@ -92,10 +92,15 @@ class MetadataConsumer(SyncObjConsumer):
 
     @replicated
     def append_batch(
-        self, controller_epoch: int, writer: str, seq: int, batch_bytes: bytes
+        self,
+        controller_epoch: int,
+        writer: str,
+        seq: int,
+        batch_bytes: bytes,
+        after: int | None = None,  # journals written before pipelining replay without it
     ) -> AppendResult:
         # Runs on the tick thread of every voter, in log order: deterministic, short.
-        result = self.sm.append_batch(controller_epoch, writer, seq, batch_bytes)
+        result = self.sm.append_batch(controller_epoch, writer, seq, batch_bytes, after)
         self._on_apply()
         return result
 
@@ -194,19 +199,39 @@ class Quorum:
 
     # -- the replicated write ------------------------------------------------------------------
 
+    def new_seq(self) -> int:
+        """A sequence number for `append(seq=...)`, known before the append starts (a
+        pipelined batch names the one it was decided after)."""
+        return next(self._seq)
+
     async def append(
-        self, controller_epoch: int, records: list[Record], *, timeout_s: float = 5.0
+        self,
+        controller_epoch: int,
+        records: list[Record],
+        *,
+        timeout_s: float = 5.0,
+        seq: int | None = None,
+        after: int | None = None,
     ) -> AppendResult:
         """Commit `records` as one batch. Returns the state machine's outcome (OK, or
         STALE_CONTROLLER_EPOCH / INVALID); raises QuorumError when no outcome was
         learned in time (the batch may still land later: callers must treat that as
-        unknown, never as failed)."""
+        unknown, never as failed). `after`: the seq of this writer's batch it must follow
+        (refused unless that one applied)."""
+        if seq is None:
+            seq = self.new_seq()
         return await self.append_raw(
-            controller_epoch, self.writer, next(self._seq), encode_batch(records), timeout_s
+            controller_epoch, self.writer, seq, encode_batch(records), timeout_s, after
         )
 
     async def append_raw(
-        self, controller_epoch: int, writer: str, seq: int, batch: bytes, timeout_s: float = 5.0
+        self,
+        controller_epoch: int,
+        writer: str,
+        seq: int,
+        batch: bytes,
+        timeout_s: float = 5.0,
+        after: int | None = None,
     ) -> AppendResult:
         """`append` with an explicit (writer, seq): retries of one batch share them."""
         loop = self._require_loop()
@@ -220,7 +245,7 @@ class Quorum:
             fut: asyncio.Future[tuple[AppendResult | None, int]] = loop.create_future()
             consumer = self._require_consumer()
             consumer.append_batch(
-                controller_epoch, writer, seq, batch, callback=self._bridge(loop, fut)
+                controller_epoch, writer, seq, batch, after, callback=self._bridge(loop, fut)
             )
             try:
                 result, err = await asyncio.wait_for(fut, min(self.attempt_timeout_s, remaining))

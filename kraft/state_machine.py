@@ -7,6 +7,9 @@ be the same everywhere, so it depends only on the state and the arguments:
 - every record must apply to the image, and partition changes must carry exactly the
   next partition epoch (compare-and-set), so two decisions taken on the same image can
   never both land;
+- a pipelined batch names the batch it was decided after (`after`, same writer): it is
+  refused unless that one applied (OK), so a decision built on a speculative view never
+  lands once that view proved wrong;
 - registrations get their broker epoch = their own offset (as in KRaft);
 - offsets are dense and assigned here, never taken from Raft indexes.
 
@@ -74,12 +77,20 @@ class MetadataStateMachine:
         self._lock = threading.Lock()
 
     def append_batch(
-        self, controller_epoch: int, writer: str, seq: int, batch: bytes
+        self, controller_epoch: int, writer: str, seq: int, batch: bytes, after: int | None = None
     ) -> AppendResult:
         seen = self._outcomes.get(writer)
         if seen is not None and seq in seen:
             return seen[seq]
-        result = self._apply(controller_epoch, batch)
+        if after is not None and not _applied(seen, after):
+            # Decided on the projection of batch `after`: without it that view is wrong.
+            # Not applied also covers "not seen yet" (Raft reordered a retry) and "fell out
+            # of the window": refusing is always safe, the writer decides again.
+            result = AppendResult(
+                AppendStatus.INVALID, error=f"decided after batch {after}, which did not apply"
+            )
+        else:
+            result = self._apply(controller_epoch, batch)
         if seen is None:
             seen = self._outcomes[writer] = OrderedDict()
         seen[seq] = result
@@ -137,6 +148,11 @@ class MetadataStateMachine:
         """The current image and the next offset to fetch after it."""
         with self._lock:
             return self.image, self.next_offset
+
+
+def _applied(seen: OrderedDict[int, AppendResult] | None, seq: int) -> bool:
+    outcome = None if seen is None else seen.get(seq)
+    return outcome is not None and outcome.status == AppendStatus.OK
 
 
 def apply_records(
