@@ -123,6 +123,13 @@ class OffsetIndex(_SparseIndex):
         rel, pos = self._entry(i)
         return self.base_offset + rel, pos
 
+    def lookup_position(self, target_position: int) -> int:
+        """The position of the last entry at or below `target_position` (a batch start), else 0.
+
+        Positions grow with offsets, so the entries are sorted by position too."""
+        i = self._search(1, target_position)
+        return self._entry(i)[1] if i >= 0 else 0
+
     def truncate_to(self, offset: int) -> None:
         """Drop entries for offsets >= `offset`."""
         self._truncate_entries(self._search(0, offset - self.base_offset - 1) + 1)
