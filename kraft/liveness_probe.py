@@ -13,9 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
+from collections.abc import Awaitable, Callable
 
+from metadata_log.image import BrokerRegistration
 from metadata_log.records import Endpoint
+
+log = logging.getLogger("kraft.liveness_probe")
 
 PROBE_TIMEOUT_S = 1.0
 
@@ -55,3 +60,33 @@ async def listeners_refuse(
         return False
     results = await asyncio.gather(*(_refuses(ep.host, ep.port, timeout_s) for ep in listeners))
     return all(results)
+
+
+class LivenessProbes:
+    """At most one probe per broker at a time, each in its own task; `on_refused(broker_id,
+    broker_epoch)` is awaited when every listener of that incarnation refused (the node
+    then asks the sans-I/O core, which may have heard a heartbeat meanwhile)."""
+
+    def __init__(
+        self,
+        on_refused: Callable[[int, int], Awaitable[None]],
+        timeout_s: float = PROBE_TIMEOUT_S,
+    ) -> None:
+        self._on_refused = on_refused
+        self._timeout_s = timeout_s
+        self._running: dict[int, asyncio.Task[None]] = {}
+
+    def start(self, reg: BrokerRegistration) -> None:
+        if reg.broker_id in self._running:
+            return
+
+        async def probe() -> None:
+            try:
+                if await listeners_refuse(reg.listeners, self._timeout_s):
+                    await self._on_refused(reg.broker_id, reg.broker_epoch)
+            except Exception:
+                log.exception("liveness probe of broker %d failed", reg.broker_id)
+            finally:
+                self._running.pop(reg.broker_id, None)
+
+        self._running[reg.broker_id] = asyncio.create_task(probe(), name=f"probe-{reg.broker_id}")

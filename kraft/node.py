@@ -33,7 +33,8 @@ from common.errors import Errors
 from kraft.controller import QuorumController
 from kraft.controller_config import ControllerNodeConfig
 from kraft.group_commit import MAX_GROUP, Planned, Projection, plan_entry, plan_group
-from kraft.liveness_probe import listeners_refuse
+from kraft.liveness_probe import LivenessProbes
+from kraft.node_status import node_metrics, node_status
 from kraft.pipeline import Entry, Outcome, Pipeline
 from kraft.quorum import Quorum, QuorumError
 from kraft.service import ControllerApiError, NotActiveController
@@ -70,7 +71,6 @@ from metadata_log.controller_api import (
     IncrementalAlterConfigsRequest,
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
-    QuorumReplicaState,  # DescribeQuorum
     QuorumStatus,
 )
 from metadata_log.image import MetadataImage
@@ -126,7 +126,7 @@ class ControllerNode:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._last_append_ms = 0
-        self._probes: dict[int, asyncio.Task[None]] = {}  # broker id -> liveness probe
+        self._probes = LivenessProbes(self._confirm_dead)
         self.activations = 0
 
     # -- life cycle ----------------------------------------------------------------------------
@@ -453,39 +453,25 @@ class ControllerNode:
                 "the controller" if req.reporter_id < 0 else f"broker {req.reporter_id}",
                 self.controller.cluster.session_deadline(req.broker_id),
             )
-        suspected = self.controller.cluster.is_suspected(req.broker_id)
-        if suspected and req.broker_id not in self._probes:
-            self._start_probe(req.broker_id)
+        if self.controller.cluster.is_suspected(req.broker_id):
+            reg = self.quorum.image().brokers.get(req.broker_id)
+            if reg is not None:
+                # Confirm the sign ourselves: nothing listening anywhere fences it now.
+                self._probes.start(reg)
         return resp
 
-    def _start_probe(self, broker_id: int) -> None:
-        """Confirm the sign ourselves: if nothing listens on any of the suspected
-        incarnation's listeners, fence it now instead of at the end of the grace."""
-        reg = self.quorum.image().brokers.get(broker_id)
-        if reg is None:
-            return
-
-        async def probe() -> None:
-            try:
-                if not await listeners_refuse(reg.listeners):
-                    return
-                async with self._lock:
-                    if not self.active:
-                        return
-                    image = self.quorum.image()
-                    if self.controller.cluster.confirmed_dead(image, broker_id, reg.broker_epoch):
-                        log.info(
-                            "broker %d confirmed dead: its listeners refuse connections; "
-                            "fencing it now",
-                            broker_id,
-                        )
-                        self._wake.set()  # the next step's tick fences it
-            except Exception:
-                log.exception("liveness probe of broker %d failed", broker_id)
-            finally:
-                self._probes.pop(broker_id, None)
-
-        self._probes[broker_id] = asyncio.create_task(probe(), name=f"probe-{broker_id}")
+    async def _confirm_dead(self, broker_id: int, broker_epoch: int) -> None:
+        """Every listener of the suspected incarnation refused our connection."""
+        async with self._lock:
+            if not self.active:
+                return
+            image = self.quorum.image()
+            if self.controller.cluster.confirmed_dead(image, broker_id, broker_epoch):
+                log.info(
+                    "broker %d confirmed dead: its listeners refuse connections; fencing it now",
+                    broker_id,
+                )
+                self._wake.set()  # the next step's tick fences it
 
     async def alter_partition(self, req: AlterPartitionRequest) -> AlterPartitionResponse:
         return await self._call(req)
@@ -555,54 +541,7 @@ class ControllerNode:
         return await self.quorum.wait_for_offset(offset, timeout_s)
 
     def status(self) -> QuorumStatus:
-        raft = self.quorum.status()
-        image = self.quorum.image()
-        leader_http = self.config.http_address(raft.leader_id) if raft.leader_id >= 0 else None
-        return QuorumStatus(
-            node_id=self.node_id,
-            role=raft.role,
-            term=raft.term,
-            leader_id=raft.leader_id,
-            leader_http=leader_http,
-            active=self.active,
-            controller_epoch=image.controller_epoch,
-            metadata_offset=self.quorum.next_offset,
-            commit_index=raft.commit_index,
-            **self._replication(image, raft.commit_index),
-        )
-
-    def _replication(self, image: MetadataImage, commit_index: int) -> dict[str, Any]:
-        """DescribeQuorum's part of the status, on the Raft leader: each voter's progress;
-        brokers (which read the log over HTTP, not Raft) as observers whose offsets this
-        node does not track (-1)."""
-        progress = self.quorum.replication()
-        if not progress:
-            return {}
-        voters = []
-        for v in progress:
-            host, port = self.config.voters.get(v.node_id, (None, None))
-            voters.append(
-                QuorumReplicaState(
-                    v.node_id, v.log_end_offset, v.last_fetch_ms, v.last_caught_up_ms, host, port
-                )
-            )
-        observers = [
-            QuorumReplicaState(b.broker_id) for b in image.brokers.values() if not b.fenced
-        ]
-        return {"high_watermark": commit_index + 1, "voters": voters, "observers": observers}
+        return node_status(self.quorum, self.config, self.active)
 
     def metrics(self) -> dict[str, float]:
-        image = self.quorum.image()
-        raft = self.quorum.status()
-        return {
-            "controller_active": 1.0 if self.active else 0.0,
-            "quorum_term": float(raft.term),
-            "quorum_leader_id": float(raft.leader_id),
-            "metadata_offset": float(self.quorum.next_offset),
-            "commit_latency_seconds": self.quorum.commit_latency_s,
-            "fenced_brokers": float(sum(1 for b in image.brokers.values() if b.fenced)),
-            "offline_partitions": float(image.offline_partitions()),
-            "under_replicated_partitions": float(image.under_replicated_partitions()),
-            "append_retries_total": float(self.quorum.append_retries),
-            "controller_activations_total": float(self.activations),
-        }
+        return node_metrics(self.quorum, self.active, self.activations)
