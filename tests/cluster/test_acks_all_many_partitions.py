@@ -18,10 +18,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.scale_bench import broker_leaders
-from tests.harness.cluster_procs import ProcCluster, wait_for
+from tests.harness.cluster_procs import ProcCluster
+from tests.harness.many_partitions import create_and_wait_for_leaders
 
 TOPICS = 3
 PARTITIONS = 1000
@@ -42,22 +41,7 @@ def test_one_acks_all_message_per_partition_is_acknowledged_everywhere(
     cluster: ProcCluster,
 ) -> None:
     names = [f"many-{i}" for i in range(TOPICS)]
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    futures = admin.create_topics(
-        [NewTopic(n, PARTITIONS, 3) for n in names], operation_timeout=120, request_timeout=180
-    )
-    for f in futures.values():
-        f.result(180)
-    brokers = {b.node_id for b in cluster.brokers}
-    for b in cluster.brokers:
-
-        def all_led(b=b) -> bool:  # type: ignore[no-untyped-def]
-            leaders = broker_leaders(b.host, b.port, names)
-            return len(leaders) == TOPICS * PARTITIONS and all(
-                v in brokers for v in leaders.values()
-            )
-
-        wait_for(all_led, 120, f"broker {b.node_id} to name every leader", cluster.logs)
+    create_and_wait_for_leaders(cluster, names, PARTITIONS, 120)
 
     acked: dict[tuple[str, int], int] = {}
     errors: list[Any] = []

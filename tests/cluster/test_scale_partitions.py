@@ -13,10 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.scale_bench import broker_leaders
-from tests.harness.cluster_procs import ProcCluster, wait_for
+from tests.harness.cluster_procs import ProcCluster
+from tests.harness.many_partitions import create_and_wait_for_leaders
 
 TOPICS = 10
 PARTITIONS = 1000
@@ -37,23 +36,7 @@ def cluster(tmp_path: Path) -> Iterator[ProcCluster]:
 
 def test_ten_thousand_partitions_get_leaders_on_every_broker(cluster: ProcCluster) -> None:
     names = [f"scale-{i:02d}" for i in range(TOPICS)]
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    futures = admin.create_topics(
-        [NewTopic(n, PARTITIONS, 3) for n in names], operation_timeout=120, request_timeout=180
-    )
-    for f in futures.values():
-        f.result(180)
-    brokers = {b.node_id for b in cluster.brokers}
-    for b in cluster.brokers:
-
-        def all_led(b=b) -> bool:  # type: ignore[no-untyped-def]
-            leaders = broker_leaders(b.host, b.port, names)
-            return len(leaders) == TOPICS * PARTITIONS and all(
-                v in brokers for v in leaders.values()
-            )
-
-        wait_for(all_led, DEADLINE_S, f"broker {b.node_id} to name a leader for every partition",
-                 cluster.logs)  # fmt: skip
+    brokers = create_and_wait_for_leaders(cluster, names, PARTITIONS, DEADLINE_S)
     # The controllers agree: every partition has a leader and 3 replicas.
     for name in names:
         parts = cluster.partitions(name)
