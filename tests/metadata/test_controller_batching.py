@@ -394,17 +394,23 @@ def test_a_group_that_no_longer_applies_is_decided_again_request_by_request() ->
 
 # -- a group is the same as one request at a time -----------------------------------------------
 
-REQUESTS = st.lists(
-    st.tuples(
-        st.sampled_from(
-            ["hb", "fence", "shutdown", "register", "config", "shrink", "grow", "topic"]
+
+def request_lists(min_size: int, max_size: int) -> st.SearchStrategy[list[tuple[str, int, int]]]:
+    """Lists of (kind, broker, n) for `make_request`."""
+    return st.lists(
+        st.tuples(
+            st.sampled_from(
+                ["hb", "fence", "shutdown", "register", "config", "shrink", "grow", "topic"]
+            ),
+            st.integers(0, 3),
+            st.integers(0, 7),
         ),
-        st.integers(0, 3),
-        st.integers(0, 7),
-    ),
-    min_size=1,
-    max_size=12,
-)
+        min_size=min_size,
+        max_size=max_size,
+    )
+
+
+REQUESTS = request_lists(1, 12)
 
 
 def make_request(c: Cluster, kind: str, b: int, n: int) -> Any:

@@ -41,7 +41,7 @@ from metadata_log.records import (
     Record,
     encode_batch,
 )
-from tests.metadata.test_controller_batching import cluster_with, make_request
+from tests.metadata.test_controller_batching import cluster_with, make_request, request_lists
 from tests.metadata.test_controller_managers import (
     InstantQuorum,
     new_controller,
@@ -50,17 +50,7 @@ from tests.metadata.test_controller_managers import (
 from tests.metadata.test_quorum_adapter import elected, start_quorums
 
 # More requests than the group-commit tests: enough for several entries in flight.
-MANY_REQUESTS = st.lists(
-    st.tuples(
-        st.sampled_from(
-            ["hb", "fence", "shutdown", "register", "config", "shrink", "grow", "topic"]
-        ),
-        st.integers(0, 3),
-        st.integers(0, 7),
-    ),
-    min_size=4,
-    max_size=24,
-)
+MANY_REQUESTS = request_lists(4, 24)
 
 # -- the state machine's rule --------------------------------------------------------------------
 
