@@ -59,6 +59,10 @@ class ControllerNodeConfig:
     # CPU); it pays where a commit waits on the network or a disk, not on the CPU.
     max_inflight_entries: int = 1
     max_body_bytes: int = 1 << 20
+    # controller.quorum.fsync.enable (ours): fsync the Raft journal and term/vote at Raft's
+    # durable points (kraft/raft_durability.py). Off is a debug switch: a majority of
+    # controllers losing power can then lose committed metadata.
+    quorum_fsync: bool = True
     unclean_leader_election: bool = False
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_per_broker_percentage: int = 10
@@ -185,6 +189,7 @@ def from_properties(values: Mapping[str, str]) -> ControllerNodeConfig:
         # Kafka's name for the largest request; its 100 MiB default is for the binary
         # protocol, a JSON admin API needs far less.
         max_body_bytes=props.get_int("socket.request.max.bytes", 1 << 20, min=1024),
+        quorum_fsync=props.get_bool("controller.quorum.fsync.enable", True),
         unclean_leader_election=props.get_bool("unclean.leader.election.enable", False),
         auto_leader_rebalance_enable=props.get_bool("auto.leader.rebalance.enable", True),
         leader_imbalance_per_broker_percentage=props.get_int(

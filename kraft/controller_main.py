@@ -5,8 +5,9 @@ HTTP API, on one asyncio event loop.
 
 (`kraft controller` in kraft/tools/cli.py calls `main`). SIGTERM and SIGINT stop it cleanly:
 the HTTP listener closes, the node stops deciding, pysyncobj flushes its journal.
-Durability is pysyncobj's: it never fsyncs, so a committed write survives the crash of
-any process (or of all of them), but not a majority of machines losing power at once.
+Durability: the Raft journal, term and vote are fsynced before they are acknowledged
+(kraft/raft_durability.py), so committed metadata survives a majority of machines losing
+power at once, as in Kafka's KRaft.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ async def run_controller(
         config.metadata_log_dir,
         config.quorum_password,
         max_tail_records=config.max_retained_records,
+        fsync=config.quorum_fsync,
     )
     node = ControllerNode(config, quorum)
     # A long-poll holds its request for up to 30 s: don't wait for it on shutdown.

@@ -30,6 +30,7 @@ import contextlib
 import heapq
 import itertools
 import logging
+import os
 import socket
 import time
 import uuid
@@ -40,6 +41,7 @@ from pathlib import Path
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.monotonic import monotonic as raft_monotonic
 
+from kraft.raft_durability import Durability, DurableTransport, register
 from kraft.state_machine import AppendResult, AppendStatus, MetadataStateMachine
 from metadata_log.image import MetadataImage
 from metadata_log.records import Record, encode_batch
@@ -122,6 +124,7 @@ class Quorum:
         *,
         max_tail_records: int = 50_000,
         attempt_timeout_s: float = 1.0,
+        fsync: bool = True,
     ) -> None:
         if node_id not in voters:
             raise ValueError(f"node {node_id} is not one of the voters {sorted(voters)}")
@@ -133,6 +136,11 @@ class Quorum:
         self.writer = f"{node_id}:{uuid.uuid4()}"  # one incarnation of this process
         self.attempt_timeout_s = attempt_timeout_s
         self._password = password
+        # The power-loss simulation's ledger (tests/harness/power_loss.py) is a test hook,
+        # set from the environment so no configuration can leave it on by accident.
+        self.durability = Durability(
+            fsync=fsync, ledger=os.environ.get("KRAFT_DURABILITY_LEDGER") == "1"
+        )
         self._max_tail_records = max_tail_records
         self._addr_to_id = {f"{h}:{p}": nid for nid, (h, p) in voters.items()}
         self._seq = itertools.count()
@@ -158,6 +166,9 @@ class Quorum:
         host, port = self.voters[self.node_id]
         _check_bindable(host, port)
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        journal_file = self.data_dir / "raft.journal"
+        dump_file = self.data_dir / "raft.dump"
+        register(journal_file, dump_file, self.durability)
         conf = SyncObjConf(
             appendEntriesUseBatch=False,  # ~1 ms commits instead of ~100 ms
             raftMinTimeout=0.3,
@@ -167,8 +178,8 @@ class Quorum:
             connectionRetryTime=0.5,
             commandsWaitLeader=False,  # fail fast with MISSING_LEADER; we retry ourselves
             dynamicMembershipChange=False,  # static voters
-            journalFile=str(self.data_dir / "raft.journal"),
-            fullDumpFile=str(self.data_dir / "raft.dump"),
+            journalFile=str(journal_file),
+            fullDumpFile=str(dump_file),
             password=self._password,
             # Bind the voter's own address: without it pysyncobj binds 0.0.0.0, exposing
             # the Raft port on every interface whatever controller.quorum.voters says.
@@ -181,7 +192,13 @@ class Quorum:
         self._consumer = MetadataConsumer(self._max_tail_records, self._on_apply)
         self_addr = f"{host}:{port}"
         others = [f"{h}:{p}" for nid, (h, p) in sorted(self.voters.items()) if nid != self.node_id]
-        self._syncobj = SyncObj(self_addr, others, conf, consumers=[self._consumer])
+        self._syncobj = SyncObj(
+            self_addr,
+            others,
+            conf,
+            consumers=[self._consumer],
+            transportClass=DurableTransport,  # acknowledge only what is on disk
+        )
         log.info("quorum started node=%d raft=%s voters=%s", self.node_id, self_addr, others)
 
     async def stop(self, timeout_s: float = 5.0) -> None:
