@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(PY) -m bench.storage_bench
 	$(PY) -m bench.storage_bench --fsync --out bench/results/storage_fsync.json
 	$(PY) -m bench.controller_bench
+	$(PY) -m bench.controller_fsync_bench
 	$(PY) -m bench.broker_bench
 	$(PY) -m bench.latency_bench
 	$(PY) -m bench.failover_bench
