@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from broker.hosted import HostedPartition, finish_acks
 from broker.partition import AlterIsr
+from broker.replica_core import apply_alter_answer, isr_change_due
 from common.errors import Errors
 from metadata_log.controller_api import (
     MAX_ALTER_PARTITIONS,
@@ -151,15 +152,7 @@ class AlterPartitionManager:
         def on_answer(sent: AlterIsr, resp: AlterPartitionResponse) -> None:
             if not still_hosted():
                 return
-            done = h.core.on_alter_isr_answer(
-                sent,
-                resp.error_code,
-                resp.isr,
-                resp.leader_epoch,
-                resp.partition_epoch,
-                h.log.log_end_offset,
-            )
-            finish_acks(done)
+            finish_acks(apply_alter_answer(h, sent, resp))
             h.wake()
 
         self.submit(h.core.topic_id, h.core.partition, alter, on_answer)
@@ -175,14 +168,9 @@ class AlterPartitionManager:
         out, or send again a change whose outcome is unknown. How many were sent."""
         n = 0
         for h in partitions:
-            if h.transitioning or not h.core.is_leader:
-                continue
-            alter = h.core.maybe_shrink_isr(h.log.log_end_offset, now_ms, lag_ms)
-            what = "shrinking"
-            if alter is None:
-                alter, what = h.core.alter_isr_to_resend(), "again: changing"
-            if alter is not None:
-                self.propose(h, alter, what, lambda h=h: is_hosted(h))
+            due = isr_change_due(h, now_ms, lag_ms)
+            if due is not None:
+                self.propose(h, due[0], due[1], lambda h=h: is_hosted(h))
                 n += 1
         return n
 

@@ -37,6 +37,7 @@ from broker.partition import NO_LEADER, AlterIsr, Partition
 from broker.producer_recovery import restore_producer_state
 from broker.producer_state import ProducerStateManager
 from broker.record_deletion import LogStartCheckpointer
+from broker.replica_core import fetch_epoch_error
 from broker.replication_quota import ReplicationQuota
 from broker.results import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
 from broker.txn_verify import Verifier, verify_first_append
@@ -403,14 +404,8 @@ class ReplicaManager:
         h = self._partitions.get((topic, partition))
         if h is None or h.transitioning:
             return self._lookup_error(topic, partition)
-        if not h.core.is_leader:
-            return Errors.NOT_LEADER_OR_FOLLOWER
-        if current_leader_epoch >= 0:
-            if current_leader_epoch < h.core.leader_epoch:
-                return Errors.FENCED_LEADER_EPOCH
-            if current_leader_epoch > h.core.leader_epoch:
-                return Errors.UNKNOWN_LEADER_EPOCH
-        return h
+        code = fetch_epoch_error(h, current_leader_epoch)
+        return h if code == Errors.NONE else code
 
     def _min_isr(self, topic: str) -> int:
         raw = self._image.topic_config(topic).get("min.insync.replicas")

@@ -8,6 +8,9 @@ AlterPartition requests travel through a network that delivers them in any order
 and duplicates them; brokers learn metadata whenever a rule says so (possibly late, so
 zombie leaders exist); there is one explicit clock.
 
+The glue around those cores is the broker's own too (broker/replica_core.py): which
+fetch a leader answers, the periodic ISR check, what an AlterPartition answer does.
+
 Rules: produce (acks 0, 1, all) to any broker that thinks it leads; a follower sends a
 fetch; deliver, drop or duplicate a message; sync a broker's metadata; tick the clock
 (live brokers heartbeat, sessions expire, leaders shrink lagging ISRs); flush a log;
@@ -52,6 +55,7 @@ from broker.fetcher import FollowerData
 from broker.hosted import HostedPartition, log_headers, start_leader_epoch
 from broker.partition import AlterIsr, Partition
 from broker.producer_state import ProducerStateManager
+from broker.replica_core import apply_alter_answer, fetch_epoch_error, isr_change_due
 from common.errors import Errors
 from kraft.controller import QuorumController
 from kraft.decision import ControllerConfig, Decision
@@ -71,15 +75,12 @@ from storage.records import Record, build_batch
 from tests.harness.replication_checks import ReplicationChecks
 from tests.harness.replication_model_parts import (
     BROKERS,
-    FENCED_LEADER_EPOCH,
     LAG_MS,
     LOG_CONFIG,
     MIN_ISR,
-    NOT_LEADER,
     SESSION_MS,
     TOPIC,
     TOPIC_ID,
-    UNKNOWN_LEADER_EPOCH,
     Ack,
     AlterReq,
     AlterResp,
@@ -229,11 +230,10 @@ class ReplicationModel(ReplicationChecks, RuleBasedStateMachine):
                 self.heartbeat(b)
         self.append(self.controller.tick(self.image, self.now))
         for b in self.brokers.values():
-            if b.active and b.h is not None and b.h.core.is_leader:
-                core = b.h.core
-                alter = core.maybe_shrink_isr(b.h.log.log_end_offset, self.now, LAG_MS)
-                if alter is not None or (alter := core.alter_isr_to_resend()) is not None:
-                    self.send_alter(b, alter)
+            if b.active and b.h is not None:
+                due = isr_change_due(b.h, self.now, LAG_MS)
+                if due is not None:
+                    self.send_alter(b, due[0])
 
     def send_alter(self, b: Broker, alter: AlterIsr) -> None:
         assert b.h is not None
@@ -305,12 +305,9 @@ class ReplicationModel(ReplicationChecks, RuleBasedStateMachine):
         h, core = b.h, b.h.core
         if isinstance(msg, FetchReq):
             st_ = msg.sent
-            if not core.is_leader:
-                data = FollowerData(NOT_LEADER)
-            elif st_.leader_epoch < core.leader_epoch:
-                data = FollowerData(FENCED_LEADER_EPOCH)
-            elif st_.leader_epoch > core.leader_epoch:
-                data = FollowerData(UNKNOWN_LEADER_EPOCH)
+            code = fetch_epoch_error(h, st_.leader_epoch)
+            if code != Errors.NONE:
+                data = FollowerData(code)
             else:
                 # Usability as the controller sees it now (the leader's own view may be
                 # later; the controller checks again when the proposal arrives).
@@ -344,16 +341,7 @@ class ReplicationModel(ReplicationChecks, RuleBasedStateMachine):
                 if h.log.log_end_offset < leo:
                     event("a follower truncated")
         else:
-            resp = msg.resp
-            done = core.on_alter_isr_answer(
-                msg.alter,
-                resp.error_code,
-                resp.isr,
-                resp.leader_epoch,
-                resp.partition_epoch,
-                h.log.log_end_offset,
-            )
-            for token, code in done:
+            for token, code in apply_alter_answer(h, msg.alter, msg.resp):
                 token.set_result(code)
 
     @rule(broker=st.sampled_from(BROKERS))

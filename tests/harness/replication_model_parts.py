@@ -26,7 +26,6 @@ MIN_ISR = 2
 SESSION_MS = 9_000
 LAG_MS = 10_000
 LOG_CONFIG = LogConfig(segment_bytes=300)  # a few batches per segment: truncations cross them
-FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, NOT_LEADER = 74, 75, 6
 Entry = tuple[int, int, int]  # (base offset, leader epoch, value id) of a one-record batch
 
 
