@@ -84,7 +84,12 @@ class DurableTransport(TCPTransport):
         super().__init__(syncObj, selfNode, otherNodes)
         # SyncObj builds its journal before its transport (pysyncobj 0.3.17), and only
         # the tick thread touches either.
-        self.journal = syncObj._SyncObj__raftLog  # noqa: SLF001 - no public handle
+        self.journal = getattr(syncObj, "_SyncObj__raftLog", None)  # no public handle
+        if not isinstance(self.journal, DurableJournal):
+            raise RuntimeError(
+                "pysyncobj did not build the durable journal: its internals changed "
+                "(kraft/raft_durability.py is written against pysyncobj 0.3.17)"
+            )
         self._held: list[tuple[Any, Any]] = []
         poller = syncObj._poller  # noqa: SLF001
         poll = poller.poll
