@@ -132,6 +132,7 @@ class LogSegment:
         # drop_behind's cursors: writeback was started below `_kicked`, and the pages
         # below `_dropped` were let go.
         self._kicked = self._dropped = self.size
+        self.broken: str | None = None  # why this segment refuses appends (a failed cut)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -139,22 +140,38 @@ class LogSegment:
         self, parts: list[bytearray | memoryview], total: int, batches: list[AppendedBatch]
     ) -> None:
         """Append whole, validated and patched batches: `parts` hold `total` bytes, and
-        each batch's `position` counts from the start of those bytes."""
-        base_position = self.size
+        each batch's `position` counts from the start of those bytes.
+
+        All or nothing: a write that fails part-way (ENOSPC, EIO) is cut off the file
+        again before the error goes up, and nothing (size, indexes, timestamps) counts
+        it. Left in place, its bytes would sit under the next append's (the file is
+        O_APPEND) while the indexes pointed at the torn copy: a batch with a bad CRC
+        inside the log, which the chaos campaign's disk-full fault found."""
         for b in batches:
             if b.last_offset - self.base_offset > MAX_RELATIVE_OFFSET:
                 raise ValueError(f"offset {b.last_offset} does not fit segment {self.base_offset}")
+        if self.broken is not None:
+            raise OSError(f"{self.log_path}: unusable since a failed write ({self.broken})")
+        base_position = self.size
+        fd = self.file.fileno()
+        try:
+            written = 0
+            for i in range(0, len(parts), _IOV_MAX):
+                written += os.writev(fd, parts[i : i + _IOV_MAX])
+            if written < total:  # a short write (signal, full disk): finish it or raise
+                rest = memoryview(b"".join(parts))[written:]
+                while rest:
+                    rest = rest[os.write(fd, rest) :]
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, base_position)
+            except OSError as cut:  # the file's end is unknown now: refuse further writes
+                self.broken = f"{exc!r}, then truncating back failed: {cut!r}"
+            raise
+        for b in batches:
             self._track_batch(b.last_offset, base_position + b.position, b.max_timestamp, b.size)
         if self.size == 0 and batches:
             self._first_batch_timestamp = batches[0].max_timestamp
-        fd = self.file.fileno()
-        written = 0
-        for i in range(0, len(parts), _IOV_MAX):
-            written += os.writev(fd, parts[i : i + _IOV_MAX])
-        if written < total:  # a short write (signal, full disk): finish it or raise
-            rest = memoryview(b"".join(parts))[written:]
-            while rest:
-                rest = rest[os.write(fd, rest) :]
         self.size += total
 
     def drop_behind(self, keep: int) -> None:
