@@ -372,8 +372,14 @@ class ControllerMachine(RuleBasedStateMachine):
         img = self.image
         for t in img.topics.values():
             for p, reg in t.partitions.items():
-                assert reg.isr and set(reg.isr) <= set(reg.replicas), reg
+                # With ELR (KIP-966) a fenced last member leaves the ISR too: it may empty.
+                elr_on = self.controller.config.eligible_leader_replicas_enable
+                assert (reg.isr or elr_on) and set(reg.isr) <= set(reg.replicas), reg
                 assert len(set(reg.isr)) == len(reg.isr)
+                assert not set(reg.elr) & set(reg.isr) and set(reg.elr) <= set(reg.replicas), reg
+                assert not set(reg.last_known_elr) & (set(reg.isr) | set(reg.elr)), reg
+                if not elr_on or len(reg.isr) >= 1:  # min.insync.replicas is 1 here
+                    assert not reg.elr and not reg.last_known_elr, reg
                 if reg.leader != -1:
                     assert reg.leader in reg.isr, reg
                     assert not img.brokers[reg.leader].fenced, reg
@@ -382,7 +388,7 @@ class ControllerMachine(RuleBasedStateMachine):
                 else:
                     pass  # the last ISR member stays, fenced or not (KIP-841)
                 if reg.leader == -1:  # offline: nobody usable could lead
-                    assert not any(img.is_usable(r) for r in reg.isr), reg
+                    assert not any(img.is_usable(r) for r in reg.isr + reg.elr), reg
                 key = (t.topic_id, p)
                 old = self.max_epochs.get(key, (-1, -1))
                 assert reg.leader_epoch >= old[0] and reg.partition_epoch >= old[1]
