@@ -13,10 +13,11 @@ become empty (a fenced last member leaves it too); while it is below
 min.insync.replicas, replicas that leave it join the ELR (the leader's HW stands still
 then, so they hold every record below it), and at or above min ISR the ELR and last
 known ELR are emptied. A leader comes from the usable ISR first, then from the usable
-ELR (its ISR is then itself alone), then, only where the topic allows it, from any usable
+ELR (its ISR is then itself alone), then the last known leader once ISR and ELR are empty
+(Kafka's balanced recovery), then, only where the topic allows it, from any usable
 replica (an unclean election, which clears the ELR). Brokers that registered after an
-unclean shutdown (`unclean_shutdown`) leave the ELR and last known ELR: their logs may
-have lost records below the HW.
+unclean shutdown (`unclean_shutdown`) leave the ELR: their logs may have lost records
+below the HW.
 """
 
 from __future__ import annotations
@@ -89,21 +90,31 @@ class PartitionChange:
 def next_elr(
     p: PartitionView,
     new_isr: tuple[int, ...],
+    new_leader: int,
     policy: ElrPolicy,
     unclean_shutdown: frozenset[int] = frozenset(),
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The (ELR, last known ELR) once the ISR becomes `new_isr` (Kafka's
-    PartitionChangeBuilder.maybePopulateTargetElr): empty at or above min ISR; below it,
-    the ELR gains the members leaving the ISR and loses those joining it, and the last
-    known ELR keeps whoever was ISR or ELR and is neither now. Brokers back from an
-    unclean shutdown are in neither. Off: both empty."""
-    if not policy.enabled or len(new_isr) >= policy.min_isr:
+    """The (ELR, last known ELR) once the ISR becomes `new_isr` and the leader
+    `new_leader` (Kafka's PartitionChangeBuilder, with the last known leader kept as in
+    its balanced recovery): the ELR is empty at or above min ISR; below it, it gains the
+    members leaving the ISR and loses those joining it and those back from an unclean
+    shutdown. The last known ELR holds the last leader from when the ISR first empties
+    until a leader is elected again (an unclean shutdown does not remove it: it is the
+    last resort when no replica is eligible). Off: both empty."""
+    if not policy.enabled:
         return (), ()
-    gone = set(new_isr) | unclean_shutdown
-    candidates = set(p.elr) | set(p.isr)
-    elr = tuple(r for r in p.replicas if r in candidates and r not in gone)
-    known = candidates | set(p.last_known_elr)
-    last_known = tuple(r for r in p.replicas if r in known and r not in gone and r not in elr)
+    if len(new_isr) >= policy.min_isr:
+        elr: tuple[int, ...] = ()
+    else:
+        gone = set(new_isr) | unclean_shutdown
+        candidates = set(p.elr) | set(p.isr)
+        elr = tuple(r for r in p.replicas if r in candidates and r not in gone)
+    if new_leader != NO_LEADER:
+        last_known: tuple[int, ...] = ()
+    elif not new_isr and p.leader != NO_LEADER:
+        last_known = (p.leader,)
+    else:
+        last_known = p.last_known_elr
     return elr, last_known
 
 
@@ -117,7 +128,10 @@ def with_elr(
 ) -> PartitionChange | None:
     """The change from `p` to this ISR and leader with the ELR kept by `policy` (an
     unclean election clears it); None when nothing changes."""
-    elr, last_known = ((), ()) if unclean_election else next_elr(p, isr, policy, unclean_shutdown)
+    if unclean_election:
+        elr, last_known = (), ()
+    else:
+        elr, last_known = next_elr(p, isr, leader, policy, unclean_shutdown)
     if leader == p.leader and isr == p.isr and elr == p.elr and last_known == p.last_known_elr:
         return None
     return PartitionChange(
@@ -171,7 +185,9 @@ def _elect_elr(
     policy: ElrPolicy,
     unclean_shutdown: frozenset[int],
 ) -> PartitionChange | None:
-    """`elect` with eligible leader replicas: ISR, then ELR, then (if allowed) unclean."""
+    """`elect` with eligible leader replicas: the ISR, then the ELR, then the last known
+    leader once ISR and ELR are empty (Kafka's balanced recovery: it may have lost an
+    unflushed tail, but nobody is known to hold more), then (if allowed) unclean."""
     live_isr = tuple(r for r in p.isr if r in usable)
     elr = [r for r in p.elr if r not in unclean_shutdown]
     unclean_election = False
@@ -184,6 +200,10 @@ def _elect_elr(
         # Every ELR member holds all records below the HW: it leads alone.
         leader = next(r for r in p.replicas if r in elr and r in usable)
         isr = (leader,)
+    elif not elr and len(p.last_known_elr) == 1 and p.last_known_elr[0] in usable:
+        leader = p.last_known_elr[0]
+        isr = (leader,)
+        unclean_election = True
     elif unclean_allowed and any(r in usable for r in p.replicas):
         leader = next(r for r in p.replicas if r in usable)
         isr = (leader,)

@@ -182,7 +182,9 @@ class ReplicationControlManager:
         # KIP-966: below min ISR the members leaving join the ELR; at or above it, empty.
         topic = image.topics[req.topic_id]
         view = PartitionView.of(reg)
-        elr, last_known = next_elr(view, new_isr, self._configuration.elr_policy(image, topic.name))
+        elr, last_known = next_elr(
+            view, new_isr, reg.leader, self._configuration.elr_policy(image, topic.name)
+        )
         record = PartitionChangeRecord(
             req.topic_id,
             req.partition,

@@ -377,9 +377,12 @@ class ControllerMachine(RuleBasedStateMachine):
                 assert (reg.isr or elr_on) and set(reg.isr) <= set(reg.replicas), reg
                 assert len(set(reg.isr)) == len(reg.isr)
                 assert not set(reg.elr) & set(reg.isr) and set(reg.elr) <= set(reg.replicas), reg
-                assert not set(reg.last_known_elr) & (set(reg.isr) | set(reg.elr)), reg
+                # The last known ELR is the last leader, kept while there is none.
+                assert len(reg.last_known_elr) <= 1 and not set(reg.last_known_elr) & set(reg.isr)
                 if not elr_on or len(reg.isr) >= 1:  # min.insync.replicas is 1 here
-                    assert not reg.elr and not reg.last_known_elr, reg
+                    assert not reg.elr, reg
+                if not elr_on or reg.leader != -1:
+                    assert not reg.last_known_elr, reg
                 if reg.leader != -1:
                     assert reg.leader in reg.isr, reg
                     assert not img.brokers[reg.leader].fenced, reg

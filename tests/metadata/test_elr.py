@@ -167,7 +167,27 @@ def test_a_wrong_previous_epoch_counts_as_unclean() -> None:
     c.shrink((1,))
     c.expire(1, 2)
     c.epochs[1] = c.register(1, 2, previous_epoch=c.epochs[1] + 1000)
-    assert c.reg.elr == (2,) and c.reg.last_known_elr == (), c.reg
+    assert c.reg.elr == (2,) and c.reg.last_known_elr == (1,), c.reg
+
+
+def test_with_nobody_eligible_the_last_known_leader_leads_again() -> None:
+    """Every broker killed: all come back from an unclean shutdown, so the ELR empties,
+    and the last leader (kept in last_known_elr) is the one that leads (Kafka's
+    balanced recovery) rather than the partition staying offline for good."""
+    c = Cluster()
+    c.shrink((1, 2))
+    c.expire(1, 2, 3)
+    reg = c.reg
+    assert reg.isr == () and reg.elr == (1, 2) and reg.last_known_elr == (1,), reg
+    for b in (3, 2):
+        c.epochs[b] = c.register(b, 2, previous_epoch=-1)
+        c.heartbeat(b)
+    assert c.reg.leader == NO_LEADER and c.reg.elr == (1,), c.reg  # 1 may return cleanly
+    c.epochs[1] = c.register(1, 2, previous_epoch=-1)
+    assert c.reg.elr == () and c.reg.last_known_elr == (1,), c.reg
+    c.heartbeat(1)
+    reg = c.reg
+    assert reg.leader == 1 and reg.isr == (1,) and reg.last_known_elr == (), reg
 
 
 def test_unclean_election_comes_after_the_elr_and_clears_it() -> None:
