@@ -356,3 +356,4 @@ def set_log_append_time(
 def header_fields(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple:
     """All 13 header fields at once (baseOffset .. recordCount): one struct call."""
     return _HEADER.unpack_from(buf, pos)
+

@@ -37,13 +37,8 @@ class ParkedRequests(Generic[Out]):
         self.max_wait_ms = max_wait_ms
         self._by_id: dict[str, list[_Parked[Out]]] = {}
 
-    def park(
-        self,
-        transactional_id: str,
-        now_ms: int,
-        retry: Callable[[int], list[Out]],
-        refuse: Callable[[int], list[Out]],
-    ) -> None:
+    def park(self, transactional_id: str, now_ms: int, retry: Callable[[int], list[Out]],
+             refuse: Callable[[int], list[Out]]) -> None:
         entry = _Parked(now_ms + self.max_wait_ms, retry, refuse)
         self._by_id.setdefault(transactional_id, []).append(entry)
 

@@ -158,7 +158,9 @@ def test_records_are_printed_one_json_per_line_with_offsets(
     # --from skips the records before it.
     start = topics[0]["offset"]
     assert (
-        kraft_main(["metadata", "--controller", active.address, "--records", "--from", str(start)])
+        kraft_main(
+            ["metadata", "--controller", active.address, "--records", "--from", str(start)]
+        )
         == 0
     )
     tail = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
