@@ -69,6 +69,7 @@ from storage.log import Log
 from storage.record_batch import validate_records
 from storage.records import Record, build_batch
 from tests.harness.replication_checks import ReplicationChecks
+from tests.harness.replication_faults import CrashRules
 from tests.harness.replication_model_parts import (
     BROKERS,
     FENCED_LEADER_EPOCH,
@@ -92,7 +93,12 @@ from tests.harness.replication_model_parts import (
 )
 
 
-class ReplicationModel(ReplicationChecks, RuleBasedStateMachine):
+class ReplicationModel(CrashRules, ReplicationChecks, RuleBasedStateMachine):
+    # eligible.leader.replicas.enable (KIP-966) on the controller and the brokers.
+    ELR = True
+    # Machine crashes on more than one replica (tests/harness/replication_faults.py).
+    DOUBLE_CRASHES = False
+
     def __init__(self) -> None:
         super().__init__()
         self.root = Path(tempfile.mkdtemp(prefix="replication-model-"))
@@ -102,10 +108,15 @@ class ReplicationModel(ReplicationChecks, RuleBasedStateMachine):
         self.value_ids = itertools.count(1)
         self.net: list[Message] = []
         self.acked: dict[int, int] = {}  # value id -> offset, acks=all acknowledged
+        self.shadow_elr: set[int] = set()  # the ELR as the model keeps it (CrashRules)
         self.max_leader_epoch = 0
         self.brokers = {b: Broker(b, self.root / f"broker-{b}") for b in BROKERS}
         self.controller = QuorumController(
-            ControllerConfig(session_timeout_ms=SESSION_MS, default_replication_factor=3),
+            ControllerConfig(
+                session_timeout_ms=SESSION_MS,
+                default_replication_factor=3,
+                eligible_leader_replicas_enable=self.ELR,
+            ),
             new_topic_id=lambda: TOPIC_ID,
         )
 
@@ -114,8 +125,11 @@ class ReplicationModel(ReplicationChecks, RuleBasedStateMachine):
     def run(self, decision: Decision) -> Any:
         if not decision.records:
             return decision.respond(None)
+        before = self.reg if self.image.topic_by_name(TOPIC) is not None else None
         result = self.sm.append_batch(1, "c", next(self.seq), encode_batch(decision.records))
         assert result.status == AppendStatus.OK, result
+        if before is not None:
+            self.track_elr(before, self.reg)
         return decision.respond(result)
 
     def append(self, records: list) -> None:
@@ -134,14 +148,20 @@ class ReplicationModel(ReplicationChecks, RuleBasedStateMachine):
 
     def register(self, b: Broker) -> bool:
         """A (re)started broker registers; while its old incarnation's session lives the
-        controller refuses (DUPLICATE_BROKER_REGISTRATION) and it tries again later."""
+        controller refuses (DUPLICATE_BROKER_REGISTRATION) and it tries again later.
+        Every restart here follows a crash (no clean-shutdown marker): it says its last
+        shutdown was unclean (previous_broker_epoch -1), as the broker does."""
         req = BrokerRegistrationRequest(
-            b.id, f"inc-{b.id}-{b.incarnation}", [Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b.id)]
+            b.id,
+            f"inc-{b.id}-{b.incarnation}",
+            [Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b.id)],
+            previous_broker_epoch=-1,
         )
         resp = self.run(self.controller.decide(self.image, req, self.now))
         if resp.error_code == Errors.DUPLICATE_BROKER_REGISTRATION:
             return False
         assert resp.error_code == Errors.NONE, resp
+        self.unclean_restart(b.id)
         b.broker_epoch = resp.broker_epoch
         b.registered = True
         return True
@@ -156,6 +176,7 @@ class ReplicationModel(ReplicationChecks, RuleBasedStateMachine):
         producers.rebuild(log_headers(lg))
         core: Partition[Any] = Partition(TOPIC, 0, TOPIC_ID, b.id)
         core.high_watermark = min(b.checkpoint_hw, lg.log_end_offset)
+        core.hw_min_isr = MIN_ISR if self.ELR else 0  # as ReplicaManager sets it
         b.h = HostedPartition(core, lg, producers)  # type: ignore[arg-type]
         b.leader_hw = None
 
@@ -276,7 +297,12 @@ class ReplicationModel(ReplicationChecks, RuleBasedStateMachine):
                 for e in (entries(b.h.log) if b.up else b.last_entries)
             )
         ]
-        assert len(copies) >= MIN_ISR, f"acks=all for {ack.value_id} with copies on {copies}"
+        # A follower may fetch the record, then lose it in a machine crash before the
+        # leader hears of the crash: the copy it counted is gone (Kafka acknowledges it
+        # too). Only machine crashes on more than one replica make that reachable.
+        gone = [b.id for b in self.brokers.values() if not b.intact and b.id not in copies]
+        counted = len(copies) + (len(gone) if self.DOUBLE_CRASHES else 0)
+        assert counted >= MIN_ISR, f"acks=all for {ack.value_id} with copies on {copies}"
         self.acked[ack.value_id] = ack.offset
 
     @rule(acks=st.sampled_from([1, -1]))
@@ -437,7 +463,10 @@ class ReplicationModel(ReplicationChecks, RuleBasedStateMachine):
 
     @rule(broker=st.sampled_from(BROKERS), kind=st.sampled_from(["sigkill", "machine", "pause"]))
     def fault(self, broker: int, kind: str) -> None:
-        if any(not b.intact for b in self.brokers.values() if b.id != broker):
+        if self.DOUBLE_CRASHES:
+            if not self.fault_allowed(broker, kind):
+                return
+        elif any(not b.intact for b in self.brokers.values() if b.id != broker):
             return  # one failure at a time while a machine crash's replica is in the ISR
         if kind == "pause":
             b = self.brokers[broker]
@@ -455,6 +484,8 @@ class ReplicationModel(ReplicationChecks, RuleBasedStateMachine):
             self.restart(broker)
 
     def machine_crash_allowed(self, b: Broker) -> bool:
+        if self.DOUBLE_CRASHES:
+            return self.safe_holder_besides(b.id)
         isr = self.reg.isr
         return all(
             o.active and o.intact and o.id in isr for o in self.brokers.values() if o is not b
@@ -473,6 +504,9 @@ class ReplicationModel(ReplicationChecks, RuleBasedStateMachine):
         if machine and self.machine_crash_allowed(b):
             if lg.recovery_point < lg.log_end_offset:
                 event("a machine crash lost an unflushed tail")
+            lost = sum(1 for o in self.brokers.values() if not o.intact)
+            if lost:
+                event("a machine crash while another replica had lost its tail")
             lg.truncate_to(lg.recovery_point)  # everything not flushed is gone
             b.intact = False
             b.committed = []
