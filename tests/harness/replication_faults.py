@@ -21,19 +21,33 @@ same faults: with ELR off the controller ignores that ELR, and the test expects 
 
 from __future__ import annotations
 
-from typing import Any
+from hypothesis import strategies as st
+from hypothesis.stateful import rule
 
 from metadata_log.image import PartitionRegistration
-from tests.harness.replication_model_parts import MIN_ISR
+from tests.harness.replication_model_parts import BROKERS, MIN_ISR, Broker, entries, event
 
 
 class CrashRules:
+    """The model's fault rules (flush, HW checkpoint, SIGKILL, machine crash, pause,
+    recovery) and which of them may happen. The model provides the rest."""
+
     ELR: bool
-    brokers: dict[int, Any]
+    DOUBLE_CRASHES: bool
+    brokers: dict[int, Broker]
     shadow_elr: set[int]
 
     @property
     def reg(self) -> PartitionRegistration:  # the model's
+        raise NotImplementedError
+
+    def open_replica(self, b: Broker) -> None:  # the model's
+        raise NotImplementedError
+
+    def register(self, b: Broker) -> bool:  # the model's
+        raise NotImplementedError
+
+    def sync(self, b: Broker) -> None:  # the model's
         raise NotImplementedError
 
     def track_elr(self, before: PartitionRegistration, after: PartitionRegistration) -> None:
@@ -67,3 +81,82 @@ class CrashRules:
         if kind == "machine":
             return self.safe_holder_besides(broker)
         return all(o.intact for o in self.brokers.values()) or self.safe_holder_besides(broker)
+
+    # -- faults ------------------------------------------------------------------------------
+
+    @rule(broker=st.sampled_from(BROKERS))
+    def flush(self, broker: int) -> None:
+        b = self.brokers[broker]
+        if b.up and b.h is not None:
+            b.h.log.flush()
+
+    @rule(broker=st.sampled_from(BROKERS))
+    def checkpoint_hw(self, broker: int) -> None:
+        b = self.brokers[broker]
+        if b.up and b.h is not None:
+            b.checkpoint_hw = b.h.core.high_watermark
+
+    @rule(broker=st.sampled_from(BROKERS), kind=st.sampled_from(["sigkill", "machine", "pause"]))
+    def fault(self, broker: int, kind: str) -> None:
+        if self.DOUBLE_CRASHES:
+            if not self.fault_allowed(broker, kind):
+                return
+        elif any(not b.intact for b in self.brokers.values() if b.id != broker):
+            return  # one failure at a time while a machine crash's replica is in the ISR
+        if kind == "pause":
+            b = self.brokers[broker]
+            b.paused = b.up
+        else:
+            self.crash(broker, kind == "machine")
+
+    @rule(broker=st.sampled_from(BROKERS))
+    def recover(self, broker: int) -> None:
+        """SIGCONT a paused broker, or start a crashed one again."""
+        b = self.brokers[broker]
+        if b.paused:
+            b.paused = False
+        elif not b.up:
+            self.restart(broker)
+
+    def machine_crash_allowed(self, b: Broker) -> bool:
+        if self.DOUBLE_CRASHES:
+            return self.safe_holder_besides(b.id)
+        isr = self.reg.isr
+        return all(
+            o.active and o.intact and o.id in isr for o in self.brokers.values() if o is not b
+        )
+
+    @rule()
+    def recover_all(self) -> None:
+        for broker in BROKERS:
+            self.recover(broker)
+
+    def crash(self, broker: int, machine: bool) -> None:
+        b = self.brokers[broker]
+        if not b.up or b.h is None:
+            return
+        lg = b.h.log
+        if machine and self.machine_crash_allowed(b):
+            if lg.recovery_point < lg.log_end_offset:
+                event("a machine crash lost an unflushed tail")
+            lost = sum(1 for o in self.brokers.values() if not o.intact)
+            if lost:
+                event("a machine crash while another replica had lost its tail")
+            lg.truncate_to(lg.recovery_point)  # everything not flushed is gone
+            b.intact = False
+            b.committed = []
+        b.last_entries = entries(lg)
+        lg.close()
+        b.up = b.paused = False
+        b.leader_hw = None
+
+    def restart(self, broker: int) -> None:
+        b = self.brokers[broker]
+        if b.up:
+            return
+        self.open_replica(b)
+        b.up, b.registered = True, False
+        b.incarnation += 1
+        # The controller takes it out of the ISR (unless it is the last member).
+        if self.register(b):
+            self.sync(b)
