@@ -22,7 +22,8 @@ other ISR members, and only while the controller does not drop those members in 
 of the crashed one. So the model allows a machine crash only while the other two
 replicas are up, unpaused, in the ISR and intact, and no other fault until the crashed
 replica has left the ISR: one machine at a time. Otherwise SIGKILLs and pauses are
-unlimited.
+unlimited. With `DOUBLE_CRASHES` (and eligible leader replicas, KIP-966, `ELR`) machine
+crashes may hit more than one replica, as tests/harness/replication_faults.py says.
 
 Invariants after every step (shared/notes/reliability.md): HW <= LEO everywhere; the
 HW never decreases on a leader within its epoch; leader in the ISR, ISR a non-empty
