@@ -139,6 +139,9 @@ class CrashRules:
         if machine and self.machine_crash_allowed(b):
             if lg.recovery_point < lg.log_end_offset:
                 event("a machine crash lost an unflushed tail")
+                self.tail_losses = getattr(self, "tail_losses", 0) + 1
+                if self.tail_losses == 2:
+                    event("two machine crashes lost unflushed tails")
             lost = sum(1 for o in self.brokers.values() if not o.intact)
             if lost:
                 event("a machine crash while another replica had lost its tail")
