@@ -91,3 +91,33 @@ def test_with_elr_the_frozen_double_crash_loses_nothing() -> None:
 def test_without_elr_the_frozen_double_crash_loses_acknowledged_records() -> None:
     with pytest.raises(AssertionError, match="lacks acknowledged records|lost"):
         replay(DoubleCrashNoElrModel)
+
+
+def test_a_restarted_broker_not_registered_yet_does_not_make_a_machine_crash_safe() -> None:
+    """Found by the model: broker 3 was killed and started again, but its registration
+    waited for the old session to end; broker 2, the leader, then lost an acknowledged
+    record in a machine crash. 3's registration (an unclean shutdown) took it out of the
+    eligible replicas, and 2, the last known leader, led without the record. A process
+    that has yet to register is no safe holder (tests/harness/replication_faults.py)."""
+    m = DoubleCrashModel()
+    m.start()
+    try:
+        for name, args in [
+            ("fault", (1, "sigkill")),
+            ("tick", (10_000,)),
+            ("sync_metadata", (2,)),
+            ("produce", (2, False, -1)),
+            ("sync_metadata", (3,)),
+            ("replicate", (3,)),
+            ("replicate", (3,)),
+            ("fault", (3, "sigkill")),
+            ("recover", (3,)),
+            ("fault", (2, "machine")),
+        ]:
+            getattr(m, name)(*args)
+            m.replication_invariants()
+        assert m.acked and m.brokers[2].intact  # the machine crash was not allowed
+        m.heal_and_check()
+    finally:
+        m._healable = False
+        m.teardown()

@@ -8,8 +8,9 @@ is still eligible: in the ISR, or in the ELR (it left the ISR below min.insync.r
 when the HW stood still, so it holds everything below the HW). Every restart registers
 as an unclean shutdown, which takes the broker out of the ELR, and the last known leader
 may lead once ISR and ELR are empty. So:
-- a machine crash of b is allowed while another replica is up, intact and eligible
-  (it keeps the acknowledged records, and the controller knows it may lead);
+- a machine crash of b is allowed while another replica is up, registered (a restarted
+  process not registered yet will register as unclean and stop being eligible), intact
+  and eligible (it keeps the acknowledged records, and the controller knows it may lead);
 - a SIGKILL of b (the page cache survives, but its restart is unclean, so it is no
   longer eligible) is allowed when no replica has lost data, or while another replica is
   up, intact and eligible;
@@ -72,7 +73,8 @@ class CrashRules:
     def safe_holder_besides(self, broker: int) -> bool:
         eligible = self.eligible()
         return any(
-            o.id != broker and o.up and o.intact and o.id in eligible for o in self.brokers.values()
+            o.id != broker and o.up and o.registered and o.intact and o.id in eligible
+            for o in self.brokers.values()
         )
 
     def fault_allowed(self, broker: int, kind: str) -> bool:
