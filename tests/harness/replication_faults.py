@@ -23,7 +23,7 @@ same faults: with ELR off the controller ignores that ELR, and the test expects 
 from __future__ import annotations
 
 from hypothesis import strategies as st
-from hypothesis.stateful import rule
+from hypothesis.stateful import precondition, rule
 
 from metadata_log.image import PartitionRegistration
 from tests.harness.replication_model_parts import BROKERS, MIN_ISR, Broker, entries, event
@@ -127,6 +127,13 @@ class CrashRules:
         return all(
             o.active and o.intact and o.id in isr for o in self.brokers.values() if o is not b
         )
+
+    @precondition(lambda self: self.DOUBLE_CRASHES)
+    @rule(first=st.sampled_from(BROKERS), second=st.sampled_from(BROKERS))
+    def two_machine_crashes(self, first: int, second: int) -> None:
+        """Two machines go down at once (a rack's power): each crash as the rules allow."""
+        self.fault(first, "machine")
+        self.fault(second, "machine")
 
     @rule()
     def recover_all(self) -> None:
