@@ -172,8 +172,11 @@ def elect(
     else:
         leader = NO_LEADER
         first = (p.leader,) if p.leader in p.isr else ()
-        kept = [r for r in first + p.isr if r not in restarted] or list(first + p.isr)
-        isr = (kept[0],)
+        # An ISR emptied while ELR was on (the switch turned off since): an ELR member,
+        # in sync at the HW, is the one kept.
+        pool = first + p.isr or p.elr
+        kept = [r for r in pool if r not in restarted] or list(pool)
+        isr = (kept[0],) if kept else ()
     # ELR off: whatever an earlier ELR-enabled controller left is cleared (Kafka does too).
     return with_elr(p, isr, leader, ELR_OFF)
 

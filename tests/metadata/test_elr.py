@@ -256,3 +256,15 @@ def test_a_snapshot_keeps_the_elr() -> None:
     back = decode_snapshot(encode_snapshot(c.sm.image))
     assert back.topics["tid"].partitions[0] == c.reg
     assert c.reg.elr == (1, 2)
+
+
+def test_turning_elr_off_keeps_an_elr_member_as_the_last_isr_member() -> None:
+    """An ISR that emptied while ELR was on: with ELR off an ELR member is the ISR member
+    kept (so it can lead when back), and the ELR fields are cleared."""
+    p = PartitionView((1, 2, 3), (), NO_LEADER, 3, 9, elr=(2, 3), last_known_elr=(1,))
+    change = elect(p, set(), unclean_allowed=False, restarted=frozenset({2}))
+    assert change is not None and change.leader == NO_LEADER and change.isr == (3,)
+    assert change.elr == () and change.last_known_elr == ()
+    bare = PartitionView((1, 2), (), NO_LEADER, 0, 0, last_known_elr=(1,))
+    cleared = elect(bare, set(), unclean_allowed=False)
+    assert cleared is not None and cleared.isr == () and cleared.last_known_elr == ()
