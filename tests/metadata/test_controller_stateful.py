@@ -56,6 +56,8 @@ SESSION_MS = 9000
 
 
 class ControllerMachine(RuleBasedStateMachine):
+    ELR = True  # eligible.leader.replicas.enable (KIP-966)
+
     def __init__(self) -> None:
         super().__init__()
         self.sm = MetadataStateMachine(max_tail_records=10**9)
@@ -81,7 +83,11 @@ class ControllerMachine(RuleBasedStateMachine):
         result = self.sm.append_batch(self.epoch, "c", next(self.seq), encode_batch(barrier))
         assert result.status == AppendStatus.OK
         self.controller = QuorumController(
-            ControllerConfig(session_timeout_ms=SESSION_MS, default_replication_factor=2),
+            ControllerConfig(
+                session_timeout_ms=SESSION_MS,
+                default_replication_factor=2,
+                eligible_leader_replicas_enable=self.ELR,
+            ),
             new_topic_id=self.new_id,
         )
         self.controller.activate(self.sm.image, self.now)
@@ -432,3 +438,16 @@ ControllerMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestControllerStateMachine = ControllerMachine.TestCase
+
+
+class ControllerMachineWithoutElr(ControllerMachine):
+    ELR = False
+
+
+ControllerMachineWithoutElr.TestCase.settings = settings(
+    max_examples=100,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestControllerStateMachineWithoutElr = ControllerMachineWithoutElr.TestCase
