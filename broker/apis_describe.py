@@ -125,8 +125,8 @@ def _partition(p: PartitionRegistration, index: int, live: set[int]) -> dict[str
         "leader_epoch": p.leader_epoch,
         "replica_nodes": list(p.replicas),
         "isr_nodes": list(p.isr),
-        "eligible_leader_replicas": [],
-        "last_known_elr": [],
+        "eligible_leader_replicas": list(p.elr),  # KIP-966
+        "last_known_elr": list(p.last_known_elr),
         "offline_replicas": [r for r in p.replicas if r not in live],
     }
 

@@ -73,6 +73,7 @@ DEFAULTS: dict[str, str | None] = {
     "broker.session.timeout.ms": "9000",
     "replica.lag.time.max.ms": "30000",
     "min.insync.replicas": "1",
+    "eligible.leader.replicas.enable": "true",
     "broker.rack": None,
     "cluster.id": None,
     "replica.fetch.max.bytes": "1048576",
@@ -152,6 +153,10 @@ class BrokerConfig:
     session_timeout_ms: int = 9000
     replica_lag_time_max_ms: int = 30000
     min_insync_replicas: int = 1
+    # KIP-966 (Kafka ties it to metadata.version; this is the controller's property name):
+    # a leader's HW stands still while its ISR is below min.insync.replicas, so replicas
+    # leaving the ISR then hold every record below it and may lead (eligible leaders).
+    eligible_leader_replicas_enable: bool = True
     rack: str | None = None
     cluster_id: str = "kraft-py"
     replica_fetch_max_bytes: int = 1048576
@@ -368,6 +373,7 @@ def from_properties(values: Mapping[str, str]) -> BrokerConfig:
         session_timeout_ms=session,
         replica_lag_time_max_ms=props.get_int("replica.lag.time.max.ms", min=1),
         min_insync_replicas=props.get_int("min.insync.replicas", min=1, max=32_767),
+        eligible_leader_replicas_enable=props.get_bool("eligible.leader.replicas.enable"),
         rack=props.get_string("broker.rack"),
         cluster_id=props.get_string("cluster.id") or "kraft-py",
         replica_fetch_max_bytes=props.get_int("replica.fetch.max.bytes", min=0),

@@ -58,8 +58,12 @@ class BrokerLifecycleManager:
         heartbeat_interval_ms: int = 2000,
         incarnation_id: str | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        previous_broker_epoch: Callable[[], int] = lambda: -1,
     ) -> None:
         self._channel = channel
+        # KIP-966: the epoch our clean-shutdown marker named (-1: the last shutdown was
+        # unclean), read once the logs are open, sent when registering.
+        self._previous_broker_epoch = previous_broker_epoch
         self.broker_id = channel.broker_id
         self.incarnation_id = incarnation_id or uuid.uuid4().hex  # new per process start
         self._listeners = listeners
@@ -201,7 +205,11 @@ class BrokerLifecycleManager:
 
     async def _register(self) -> None:
         req = BrokerRegistrationRequest(
-            self.broker_id, self.incarnation_id, list(self._listeners), self._rack
+            self.broker_id,
+            self.incarnation_id,
+            list(self._listeners),
+            self._rack,
+            previous_broker_epoch=self._previous_broker_epoch(),
         )
         resp = await self._channel.post("/v1/brokers/register", req, BrokerRegistrationResponse)
         if resp.error_code == Errors.DUPLICATE_BROKER_REGISTRATION:

@@ -14,6 +14,12 @@ Kafka's rules (Partition.scala, KIP-497, KIP-841):
   follower's LEO once that follower has fetched in the current leader epoch: a
   position from an older epoch may be on a log that diverges from ours, and the fetch
   path only reports a follower whose fetch passed the divergence check.
+- KIP-966 (`hw_min_isr`, set by the shell to min.insync.replicas when eligible leader
+  replicas are on): the HW does not advance while the committed ISR is below it, so
+  every replica that leaves the ISR then holds every record below the HW and the
+  controller may elect it (its ELR). The committed ISR, as Kafka's isUnderMinIsr, not
+  the maximal one: a pending expansion the controller may refuse must not move the HW
+  past records an ELR member lacks.
 - A follower's HW = min(the leader's HW, its own LEO).
 - acks=all completes once the HW passes the batch's last offset, with
   NOT_ENOUGH_REPLICAS_AFTER_APPEND if the maximal ISR is then below
@@ -109,6 +115,7 @@ class Partition(Generic[T]):
         self.leader_epoch = -1
         self.partition_epoch = -1
         self.high_watermark = 0
+        self.hw_min_isr = 0  # KIP-966: no HW advance while len(isr) < this (0: off)
         # First offset written in the current leader epoch (the LEO when we became leader).
         self.leader_epoch_start_offset = UNKNOWN_OFFSET
         self._remote: dict[int, ReplicaState] = {}
@@ -263,7 +270,7 @@ class Partition(Generic[T]):
         return low
 
     def _maybe_advance_hw(self, local_leo: int) -> list[tuple[T, int]]:
-        if not self.is_leader:
+        if not self.is_leader or len(self.isr) < self.hw_min_isr:
             return []
         new_hw = local_leo
         for r in self.maximal_isr:

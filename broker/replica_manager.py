@@ -327,6 +327,10 @@ class ReplicaManager:
                 h = HostedPartition(core, pl.log, pl.producers, feed=self.change_feed)
                 self._partitions[pl.tp] = h
             reg = pl.reg
+            # KIP-966: the HW waits while the ISR is below min.insync.replicas.
+            h.core.hw_min_isr = (
+                self._min_isr(pl.tp[0], image) if self.config.eligible_leader_replicas_enable else 0
+            )
             if h.install(reg, now):
                 log.info(
                     "leader of %s-%d epoch=%d leo=%d hw=%d isr=%s",
@@ -407,8 +411,8 @@ class ReplicaManager:
         code = fetch_epoch_error(h, current_leader_epoch)
         return h if code == Errors.NONE else code
 
-    def _min_isr(self, topic: str) -> int:
-        raw = self._image.topic_config(topic).get("min.insync.replicas")
+    def _min_isr(self, topic: str, image: MetadataImage | None = None) -> int:
+        raw = (image or self._image).topic_config(topic).get("min.insync.replicas")
         try:
             return int(raw) if raw is not None else self.dynamic.min_insync_replicas
         except ValueError:

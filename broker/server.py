@@ -70,6 +70,7 @@ class BrokerServer:
             rack=config.rack,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
             clock=clock,
+            previous_broker_epoch=lambda: self.log_manager.previous_broker_epoch,
         )
         self.loader = MetadataLoader(self.channel, clock=clock)
         self.fetchers = FetcherManager(
@@ -272,5 +273,5 @@ class BrokerServer:
             with contextlib.suppress(OSError):
                 await self.replica_manager.checkpoint_high_watermarks()
             await asyncio.to_thread(self.replica_manager.snapshot_producer_states)
-            await asyncio.to_thread(self.log_manager.shutdown)
+            await asyncio.to_thread(self.log_manager.shutdown, self.lifecycle.broker_epoch)
             self._logs_open = False

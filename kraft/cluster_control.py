@@ -68,11 +68,13 @@ from metadata_log.records import (
 class BrokerTransition:
     """Brokers whose usability a decision changes, for the replication manager: leaders
     and ISR places move off `unusable`; offline partitions may be led by `newly_usable`;
-    `restarted` brokers (a new incarnation) may have lost an unflushed tail."""
+    `restarted` brokers (a new incarnation) may have lost an unflushed tail;
+    `unclean_shutdown` ones (KIP-966) said so: they leave every ELR."""
 
     unusable: frozenset[int] = frozenset()
     newly_usable: frozenset[int] = frozenset()
     restarted: frozenset[int] = frozenset()
+    unclean_shutdown: frozenset[int] = frozenset()
 
 
 class ClusterControlManager:
@@ -159,8 +161,13 @@ class ClusterControlManager:
         if existing is None:
             return decision, None
         # A restarted broker: fenced until caught up again, and out of leaderships now.
+        # KIP-966: unless it names the epoch it had, its last shutdown was unclean (its log
+        # may have lost records below the HW): it leaves the ELRs in the same batch.
         restarted = frozenset({req.broker_id})
-        return decision, BrokerTransition(unusable=restarted, restarted=restarted)
+        unclean = restarted if req.previous_broker_epoch != existing.broker_epoch else frozenset()
+        return decision, BrokerTransition(
+            unusable=restarted, restarted=restarted, unclean_shutdown=unclean
+        )
 
     def heartbeat(
         self, image: MetadataImage, req: BrokerHeartbeatRequest, now_ms: int

@@ -14,6 +14,7 @@ from common.errors import Errors
 from common.group_config_defs import GROUP_CONFIG_KEYS, GROUP_RESOURCE, invalid_group_config
 from common.topic_config_defs import TOPIC_CONFIG_KEYS, invalid_topic_config
 from kraft.decision import ControllerConfig, Decision
+from kraft.election import ELR_OFF, ElrPolicy
 from kraft.service import ControllerApiError
 from metadata_log.controller_api import IncrementalAlterConfigsRequest
 from metadata_log.image import MetadataImage
@@ -47,6 +48,21 @@ class ConfigurationControlManager:
         if value is None:
             return self.config.unclean_leader_election
         return value.strip().lower() == "true"
+
+    def elr_policy(self, image: MetadataImage, topic_name: str) -> ElrPolicy:
+        """How the topic's ELR is kept (KIP-966): the controller's
+        `eligible.leader.replicas.enable` and the topic's `min.insync.replicas` (its
+        override, else the cluster-wide dynamic default, else this controller's)."""
+        if not self.config.eligible_leader_replicas_enable:
+            return ELR_OFF
+        value = image.topic_config(topic_name).get("min.insync.replicas")
+        if value is None:
+            value = image.configs.get((BROKER_RESOURCE, ""), {}).get("min.insync.replicas")
+        try:
+            min_isr = int(value) if value is not None else self.config.min_insync_replicas
+        except ValueError:
+            min_isr = self.config.min_insync_replicas
+        return ElrPolicy(True, max(1, min_isr))
 
     # -- topic creation (called by the replication manager) --------------------------------
 

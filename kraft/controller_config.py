@@ -64,6 +64,8 @@ class ControllerNodeConfig:
     # controllers losing power can then lose committed metadata.
     quorum_fsync: bool = True
     unclean_leader_election: bool = False
+    eligible_leader_replicas_enable: bool = True
+    min_insync_replicas: int = 1
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_per_broker_percentage: int = 10
     leader_imbalance_check_interval_ms: int = 300_000
@@ -80,6 +82,8 @@ class ControllerNodeConfig:
             num_partitions=self.num_partitions,
             default_replication_factor=self.default_replication_factor,
             unclean_leader_election=self.unclean_leader_election,
+            eligible_leader_replicas_enable=self.eligible_leader_replicas_enable,
+            min_insync_replicas=self.min_insync_replicas,
             auto_leader_rebalance_enable=self.auto_leader_rebalance_enable,
             leader_imbalance_per_broker_percentage=self.leader_imbalance_per_broker_percentage,
             leader_imbalance_check_interval_ms=self.leader_imbalance_check_interval_ms,
@@ -191,6 +195,9 @@ def from_properties(values: Mapping[str, str]) -> ControllerNodeConfig:
         max_body_bytes=props.get_int("socket.request.max.bytes", 1 << 20, min=1024),
         quorum_fsync=props.get_bool("controller.quorum.fsync.enable", True),
         unclean_leader_election=props.get_bool("unclean.leader.election.enable", False),
+        # KIP-966 (Kafka 3.7-3.9's name; there a metadata.version feature): on by default here.
+        eligible_leader_replicas_enable=props.get_bool("eligible.leader.replicas.enable", True),
+        min_insync_replicas=props.get_int("min.insync.replicas", 1, min=1, max=32_767),
         auto_leader_rebalance_enable=props.get_bool("auto.leader.rebalance.enable", True),
         leader_imbalance_per_broker_percentage=props.get_int(
             "leader.imbalance.per.broker.percentage", 10, min=0, max=100

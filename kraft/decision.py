@@ -34,6 +34,10 @@ class ControllerConfig:
     default_replication_factor: int = 1  # default.replication.factor
     producer_id_block_size: int = 1000
     unclean_leader_election: bool = False  # unclean.leader.election.enable (cluster default)
+    # eligible.leader.replicas.enable (KIP-966; Kafka 3.7-3.9's name): the ELR is kept and
+    # elections may use it (kraft/election.py). Off: no ELR, an ISR never empties.
+    eligible_leader_replicas_enable: bool = True
+    min_insync_replicas: int = 1  # min.insync.replicas (cluster default for the ELR rules)
     auto_leader_rebalance_enable: bool = True  # auto.leader.rebalance.enable
     leader_imbalance_per_broker_percentage: int = 10  # leader.imbalance.per.broker.percentage
     leader_imbalance_check_interval_ms: int = 300_000  # leader.imbalance.check.interval.seconds

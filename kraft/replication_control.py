@@ -19,7 +19,7 @@ from common.topics import is_valid_name
 from kraft.cluster_control import BrokerTransition, ClusterControlManager
 from kraft.configuration_control import ConfigurationControlManager
 from kraft.decision import ControllerConfig, Decision
-from kraft.election import PartitionView, elect, elect_on_request
+from kraft.election import ElrPolicy, PartitionView, elect, elect_on_request, next_elr
 from kraft.partition_index import PartitionIndex
 from kraft.placement import PlacementError, assign_replicas
 from metadata_log.controller_api import (
@@ -90,16 +90,24 @@ class ReplicationControlManager:
             and self._cluster.session_alive(b, now_ms)
         } | transition.newly_usable
         out: list[Record] = []
-        unclean_of: dict[str, bool] = {}
+        rules_of: dict[str, tuple[bool, ElrPolicy]] = {}
         for topic_id, p in self.affected(image, transition, usable):
             topic = image.topics[topic_id]
-            unclean = unclean_of.get(topic_id)
-            if unclean is None:
-                unclean = unclean_of[topic_id] = self._configuration.unclean_leader_election(
-                    image, topic.name
+            rules = rules_of.get(topic_id)
+            if rules is None:
+                rules = rules_of[topic_id] = (
+                    self._configuration.unclean_leader_election(image, topic.name),
+                    self._configuration.elr_policy(image, topic.name),
                 )
             reg = topic.partitions[p]
-            change = elect(PartitionView.of(reg), usable, unclean, transition.restarted)
+            change = elect(
+                PartitionView.of(reg),
+                usable,
+                rules[0],
+                transition.restarted,
+                rules[1],
+                transition.unclean_shutdown,
+            )
             if change is not None:
                 out.append(change.record(topic_id, p))
         return out
@@ -171,6 +179,12 @@ class ReplicationControlManager:
                     Errors.NONE, reg.leader, reg.leader_epoch, reg.partition_epoch, list(reg.isr)
                 )
             )
+        # KIP-966: below min ISR the members leaving join the ELR; at or above it, empty.
+        topic = image.topics[req.topic_id]
+        view = PartitionView.of(reg)
+        elr, last_known = next_elr(
+            view, new_isr, reg.leader, self._configuration.elr_policy(image, topic.name)
+        )
         record = PartitionChangeRecord(
             req.topic_id,
             req.partition,
@@ -178,6 +192,8 @@ class ReplicationControlManager:
             reg.leader,
             reg.leader_epoch,
             reg.partition_epoch + 1,
+            elr=None if elr == reg.elr else elr,
+            last_known_elr=None if last_known == reg.last_known_elr else last_known,
         )
         return Decision(
             (record,),
@@ -413,21 +429,13 @@ class ReplicationControlManager:
             if topic is None or reg is None:
                 results.append(PartitionResult(name, p, Errors.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
-            outcome = elect_on_request(PartitionView.of(reg), req.election_type, usable)
+            policy = self._configuration.elr_policy(image, name)
+            outcome = elect_on_request(PartitionView.of(reg), req.election_type, usable, policy)
             if isinstance(outcome, int):
                 if not (every and outcome == Errors.ELECTION_NOT_NEEDED):
                     results.append(PartitionResult(name, p, outcome))
                 continue
-            records.append(
-                PartitionChangeRecord(
-                    topic.topic_id,
-                    p,
-                    outcome.isr,
-                    outcome.leader,
-                    outcome.leader_epoch,
-                    outcome.partition_epoch,
-                )
-            )
+            records.append(outcome.record(topic.topic_id, p))
             results.append(PartitionResult(name, p, Errors.NONE))
         # The batch did not apply (the image moved): the elections made are not known.
         failed = [

@@ -41,6 +41,10 @@ class BrokerRegistrationRequest(_Body):
     incarnation_id: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
     listeners: Annotated[list[Endpoint], msgspec.Meta(min_length=1, max_length=16)]
     rack: str | None = None
+    # Kafka's PreviousBrokerEpoch (KIP-966): the broker epoch this broker had when it last
+    # shut down cleanly, -1 when that shutdown was unclean (or it never ran). A value
+    # other than the registered epoch takes the broker out of every ELR.
+    previous_broker_epoch: Int64 = -1
 
 
 class BrokerRegistrationResponse(_Reply):

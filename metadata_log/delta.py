@@ -162,6 +162,8 @@ class MetadataDelta:
                     r.partition_epoch,
                     r.removing_replicas,
                     r.adding_replicas,
+                    r.elr,
+                    r.last_known_elr,
                 ),
             )
         elif isinstance(r, PartitionChangeRecord):
@@ -177,6 +179,8 @@ class MetadataDelta:
                     r.partition_epoch,
                     old.removing_replicas if r.removing_replicas is None else r.removing_replicas,
                     old.adding_replicas if r.adding_replicas is None else r.adding_replicas,
+                    old.elr if r.elr is None else r.elr,
+                    old.last_known_elr if r.last_known_elr is None else r.last_known_elr,
                 ),
             )
         elif isinstance(r, RemoveTopicRecord):

@@ -37,6 +37,8 @@ class PartitionRegistration(msgspec.Struct, frozen=True):
     # An ongoing reassignment (KIP-455): replicas = target replicas + removing replicas.
     removing_replicas: tuple[int, ...] = ()
     adding_replicas: tuple[int, ...] = ()
+    elr: tuple[int, ...] = ()  # eligible leader replicas (KIP-966)
+    last_known_elr: tuple[int, ...] = ()
 
     @property
     def is_offline(self) -> bool:

@@ -80,6 +80,12 @@ class PartitionRecord(_Record, tag="partition"):
     # then the target replicas followed by the removing ones.
     removing_replicas: tuple[int, ...] = ()
     adding_replicas: tuple[int, ...] = ()
+    # KIP-966: replicas that left the ISR while it was below min.insync.replicas and hold
+    # every record below the HW (eligible leader replicas), and the ones that left the
+    # ELR by an unclean shutdown or the ISR with nobody eligible (last known ELR).
+    # Absent in logs and snapshots written before them: empty.
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
 
 class PartitionChangeRecord(_Record, tag="partition_change"):
@@ -96,6 +102,8 @@ class PartitionChangeRecord(_Record, tag="partition_change"):
     replicas: tuple[int, ...] | None = None  # None: unchanged
     removing_replicas: tuple[int, ...] | None = None  # None: unchanged (KIP-455)
     adding_replicas: tuple[int, ...] | None = None  # None: unchanged
+    elr: tuple[int, ...] | None = None  # None: unchanged (KIP-966)
+    last_known_elr: tuple[int, ...] | None = None  # None: unchanged
 
 
 class RemoveTopicRecord(_Record, tag="remove_topic"):

@@ -70,6 +70,8 @@ def snapshot_records(image: MetadataImage) -> list[Record]:
                     reg.partition_epoch,
                     reg.removing_replicas,
                     reg.adding_replicas,
+                    reg.elr,
+                    reg.last_known_elr,
                 )
             )
     for (rtype, rname), values in sorted(image.configs.items()):
@@ -119,6 +121,8 @@ def image_from_snapshot(
                 r.partition_epoch,
                 shared.setdefault(r.removing_replicas, r.removing_replicas),
                 shared.setdefault(r.adding_replicas, r.adding_replicas),
+                shared.setdefault(r.elr, r.elr),
+                shared.setdefault(r.last_known_elr, r.last_known_elr),
             )
         elif kind is TopicRecord:
             if record.topic_id in topics or record.name in topic_ids:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import shutil
 import threading
@@ -29,6 +30,7 @@ from storage.checkpoint import (
     CheckpointError,
     read_offsets,
     read_partition_metadata,
+    write_atomically,
     write_offsets,
     write_partition_metadata,
 )
@@ -88,6 +90,9 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self.had_clean_shutdown: dict[Path, bool] = {}
+        # The broker epoch the clean-shutdown markers name (KIP-966's PreviousBrokerEpoch):
+        # -1 unless every log dir was shut down cleanly by the same registration.
+        self.previous_broker_epoch = -1
         # The periodic pass and DeleteRecords both write log-start-offset-checkpoint, from
         # worker threads: one at a time (they share the temporary file).
         self._log_start_lock = threading.Lock()
@@ -97,6 +102,8 @@ class LogManager:
     def startup(self, topic_configs: dict[str, LogConfig] | None = None) -> None:
         """Open every log; recover those not cleanly shut down."""
         topic_configs = topic_configs or {}
+        epochs = {_read_marker_epoch(d / CLEAN_SHUTDOWN_FILE) for d in self.log_dirs}
+        self.previous_broker_epoch = epochs.pop() if len(epochs) == 1 else -1
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
             clean = (d / CLEAN_SHUTDOWN_FILE).exists()
@@ -442,13 +449,25 @@ class LogManager:
 
     # -- shutdown ----------------------------------------------------------------------------
 
-    def shutdown(self) -> None:
-        """Flush and close every log, write checkpoints, then the clean-shutdown marker."""
+    def shutdown(self, broker_epoch: int = -1) -> None:
+        """Flush and close every log, write checkpoints, then the clean-shutdown marker,
+        naming the broker epoch this process ran with (Kafka's CleanShutdownFileHandler
+        format) so the next registration can say its shutdown was clean (KIP-966)."""
         for opened in self._logs.values():
             opened.flush()
         self._checkpoint_all()
         for opened in self._logs.values():
             opened.close()
+        marker = json.dumps({"version": 0, "brokerEpoch": broker_epoch})
         for d in self.log_dirs:
-            (d / CLEAN_SHUTDOWN_FILE).touch()
+            write_atomically(d / CLEAN_SHUTDOWN_FILE, marker)
         log.info("log manager stopped cleanly", extra={"logs": len(self._logs)})
+
+
+def _read_marker_epoch(path: Path) -> int:
+    """The broker epoch a clean-shutdown marker names; -1 without one (an unclean
+    shutdown), or for an empty or unreadable marker (older versions wrote it empty)."""
+    try:
+        return int(json.loads(path.read_bytes())["brokerEpoch"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return -1

@@ -218,3 +218,34 @@ def test_kip_903_a_dead_incarnation_neither_fetches_nor_joins() -> None:
     p.on_follower_fetch(2, 4, 4, 2, broker_epoch=12)
     alter = p.maybe_expand_isr(2, registered_epoch=12)
     assert alter is not None and alter.broker_epochs == (-1, 12)
+
+
+def test_kip_966_the_hw_stands_still_while_the_committed_isr_is_below_min_isr() -> None:
+    p = leader(isr=(1, 2), leo=0)
+    p.hw_min_isr = 2
+    p.on_leader_append(4)
+    p.on_follower_fetch(2, 4, 4, 1)
+    assert p.high_watermark == 4
+    p.on_leader_append(5)  # 2 stops fetching: it lags
+    alter = p.maybe_shrink_isr(5, LAG + 2, LAG)
+    assert alter is not None and alter.new_isr == (1,)
+    p.on_alter_isr_answer(alter, 0, (1,), 0, 1, 5)
+    assert p.isr == (1,)
+    # Alone below min ISR: appends no longer commit (2, now an ELR member, has up to 4).
+    assert p.add_pending(6, 1, "a") is None
+    assert p.on_leader_append(6) == [] and p.high_watermark == 4
+    # A pending expansion is not enough: the controller may refuse it.
+    p.on_follower_fetch(3, 6, 6, LAG + 3)
+    grow = p.maybe_expand_isr(3, registered_epoch=7)
+    assert grow is not None and grow.new_isr == (1, 3)
+    assert p.on_follower_fetch(3, 6, 6, LAG + 4) == [] and p.high_watermark == 4
+    # Committed at min ISR: the HW moves again.
+    assert p.on_alter_isr_answer(grow, 0, (1, 3), 0, 2, 6) == [("a", 0)]
+    assert p.high_watermark == 6
+
+
+def test_without_elr_an_isr_of_one_below_min_isr_still_moves_the_hw() -> None:
+    p = leader(isr=(1,), leo=0)
+    assert p.hw_min_isr == 0
+    p.on_leader_append(3)
+    assert p.high_watermark == 3

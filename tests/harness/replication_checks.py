@@ -23,15 +23,23 @@ class ReplicationChecks:
         self._healable = True
         reg = self.reg
         assert reg.leader == -1 or reg.leader in reg.isr, reg
-        assert reg.isr and set(reg.isr) <= set(reg.replicas), reg
+        # With ELR the ISR may empty (its last member fenced): the ELR says who may lead.
+        assert (reg.isr or self.ELR) and set(reg.isr) <= set(reg.replicas), reg
+        assert not set(reg.elr) & set(reg.isr), reg
         if reg.leader_epoch > self.max_leader_epoch:
             event(f"leader epoch reached {min(reg.leader_epoch, 3)}")
             self.max_leader_epoch = reg.leader_epoch
         logs: dict[int, list[Entry]] = {}
         hws: dict[int, int] = {}
         for b in self.brokers.values():
-            if b.id not in reg.isr and b.up and b.registered:
-                # A new incarnation, out of the ISR: what it lost no longer matters.
+            if (
+                b.id not in reg.isr + reg.elr + reg.last_known_elr
+                and b.id not in self.shadow_elr
+                and b.up
+                and b.registered
+            ):
+                # A new incarnation, no longer eligible to lead: what it lost no longer
+                # matters (it will fetch it back).
                 b.intact = True
             if b.h is None:
                 continue

@@ -250,7 +250,16 @@ def full_rebalance(c: Cluster, transition: BrokerTransition, now_ms: int) -> lis
     out = []
     for tid in sorted(image.topics):
         for p, reg in sorted(image.topics[tid].partitions.items()):
-            if elect(PartitionView.of(reg), usable, False, transition.restarted) is not None:
+            policy = rc._configuration.elr_policy(image, image.topics[tid].name)
+            change = elect(
+                PartitionView.of(reg),
+                usable,
+                False,
+                transition.restarted,
+                policy,
+                transition.unclean_shutdown,
+            )
+            if change is not None:
                 out.append((tid, p))
     changed = [(r.topic_id, r.partition) for r in rc.rebalance(image, transition, now_ms)]
     assert changed == out

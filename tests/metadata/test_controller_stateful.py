@@ -56,6 +56,8 @@ SESSION_MS = 9000
 
 
 class ControllerMachine(RuleBasedStateMachine):
+    ELR = True  # eligible.leader.replicas.enable (KIP-966)
+
     def __init__(self) -> None:
         super().__init__()
         self.sm = MetadataStateMachine(max_tail_records=10**9)
@@ -81,7 +83,11 @@ class ControllerMachine(RuleBasedStateMachine):
         result = self.sm.append_batch(self.epoch, "c", next(self.seq), encode_batch(barrier))
         assert result.status == AppendStatus.OK
         self.controller = QuorumController(
-            ControllerConfig(session_timeout_ms=SESSION_MS, default_replication_factor=2),
+            ControllerConfig(
+                session_timeout_ms=SESSION_MS,
+                default_replication_factor=2,
+                eligible_leader_replicas_enable=self.ELR,
+            ),
             new_topic_id=self.new_id,
         )
         self.controller.activate(self.sm.image, self.now)
@@ -372,8 +378,17 @@ class ControllerMachine(RuleBasedStateMachine):
         img = self.image
         for t in img.topics.values():
             for p, reg in t.partitions.items():
-                assert reg.isr and set(reg.isr) <= set(reg.replicas), reg
+                # With ELR (KIP-966) a fenced last member leaves the ISR too: it may empty.
+                elr_on = self.controller.config.eligible_leader_replicas_enable
+                assert (reg.isr or elr_on) and set(reg.isr) <= set(reg.replicas), reg
                 assert len(set(reg.isr)) == len(reg.isr)
+                assert not set(reg.elr) & set(reg.isr) and set(reg.elr) <= set(reg.replicas), reg
+                # The last known ELR is the last leader, kept while there is none.
+                assert len(reg.last_known_elr) <= 1 and not set(reg.last_known_elr) & set(reg.isr)
+                if not elr_on or len(reg.isr) >= 1:  # min.insync.replicas is 1 here
+                    assert not reg.elr, reg
+                if not elr_on or reg.leader != -1:
+                    assert not reg.last_known_elr, reg
                 if reg.leader != -1:
                     assert reg.leader in reg.isr, reg
                     assert not img.brokers[reg.leader].fenced, reg
@@ -382,7 +397,7 @@ class ControllerMachine(RuleBasedStateMachine):
                 else:
                     pass  # the last ISR member stays, fenced or not (KIP-841)
                 if reg.leader == -1:  # offline: nobody usable could lead
-                    assert not any(img.is_usable(r) for r in reg.isr), reg
+                    assert not any(img.is_usable(r) for r in reg.isr + reg.elr), reg
                 key = (t.topic_id, p)
                 old = self.max_epochs.get(key, (-1, -1))
                 assert reg.leader_epoch >= old[0] and reg.partition_epoch >= old[1]
@@ -423,3 +438,16 @@ ControllerMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestControllerStateMachine = ControllerMachine.TestCase
+
+
+class ControllerMachineWithoutElr(ControllerMachine):
+    ELR = False
+
+
+ControllerMachineWithoutElr.TestCase.settings = settings(
+    max_examples=100,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestControllerStateMachineWithoutElr = ControllerMachineWithoutElr.TestCase

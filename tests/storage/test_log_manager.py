@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import shutil
 import uuid
 from collections.abc import Callable
@@ -124,6 +125,23 @@ def test_partition_metadata_holds_the_topic_id_in_kafkas_format(dirs: list[Path]
 
 
 # -- clean shutdown and restart ----------------------------------------------------------------
+
+
+def test_the_marker_names_the_broker_epoch_for_the_next_registration(dirs: list[Path]) -> None:
+    """KIP-966: a restart after a clean shutdown knows the epoch it ran with (sent as
+    PreviousBrokerEpoch); after a crash (no marker, or one dir without it) it is -1."""
+    first = manager(dirs)  # started
+    assert first.previous_broker_epoch == -1  # never ran
+    first.shutdown(broker_epoch=42)
+    assert json.loads((dirs[0] / CLEAN_SHUTDOWN_FILE).read_text())["brokerEpoch"] == 42
+    second = manager(dirs)  # started
+    assert second.previous_broker_epoch == 42
+    assert not (dirs[0] / CLEAN_SHUTDOWN_FILE).exists()  # a crash from here is unclean
+    second.shutdown(broker_epoch=43)
+    (dirs[1] / CLEAN_SHUTDOWN_FILE).unlink()
+    third = manager(dirs)  # started
+    assert third.previous_broker_epoch == -1
+    third.shutdown()
 
 
 def test_shutdown_writes_marker_and_checkpoints_in_kafkas_format(dirs: list[Path]) -> None:
