@@ -25,6 +25,7 @@ from typing import Any
 
 from tests.chaos.checker import check, summary_line
 from tests.chaos.faults import Nemesis
+from tests.chaos.forensics import explain_duplicates
 from tests.chaos.hosts import NsCluster
 from tests.chaos.net import unsupported_reason
 from tests.chaos.schedule import PROFILES, Schedule, generate
@@ -86,6 +87,14 @@ def run_schedule(schedule: Schedule, work_dir: Path) -> dict[str, Any]:
                          "producers": workload.producers, "consumers": workload.consumers},
         }  # fmt: skip
         result.update(check(history))
+        if result["counts"]["duplicate"]:
+            dirs = {b.node_id: b.data_dir / "logs" for b in cluster.brokers}
+            result["duplicate_forensics"] = explain_duplicates(
+                dirs, result["examples"]["duplicate"]
+            )
+        if not result["ok"]:
+            # The whole history, for the diagnosis (the run dir is kept).
+            (run_dir / "history.json").write_text(json.dumps(history) + "\n")
         result["admin"] = h.admin
         result["client_errors"] = sorted(set(h.client_errors))[:20]
     except Exception as exc:  # noqa: BLE001 - a run that breaks is a failed schedule
@@ -137,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         r = run_schedule(schedule, work_dir)
         (args.out / f"{seed}.json").write_text(json.dumps(r, indent=1) + "\n")
         print(f"  {summary_line(seed, r, r['seconds']) if 'counts' in r else r.get('error')}")
+        for line in r.get("duplicate_forensics", []):
+            print(f"    duplicate {line}")
         if not r.get("ok"):
             print(f"  FAILED schedule, seed {seed}; replay: {replay_command(seed, profile.name)}"
                   f"\n  details: {args.out / f'{seed}.json'}", flush=True)  # fmt: skip

@@ -107,7 +107,8 @@ def generate(seed: int, profile: Profile) -> Schedule:
             break
         kind = rng.choices(KINDS, _WEIGHTS)[0]
         if kind == "crash-all":
-            t = max(t, busy_until)
+            # It waits for every earlier fault to heal: it runs alone.
+            t = max([t, busy_until, *(f.heal_s + 0.5 for f in faults)])
         target, cuts = "", ()
         dur = rng.uniform(2.0, 6.0)
         if kind in ("kill", "pause-short", "pause-long"):

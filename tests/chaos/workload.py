@@ -17,6 +17,11 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 PRODUCE_RATE_PER_S = 40.0  # per producer: the brokers share 2 cores with everything else
+# 0 = never: librdkafka bumps the producer epoch when an in-flight message times out and
+# then re-sends the other partitions' possibly-written messages under the new epoch,
+# duplicates no broker can catch (confluentinc/librdkafka#4953; seen here with 15 s).
+# Infinite, a send ends only acknowledged or by a non-retriable error.
+MESSAGE_TIMEOUT_MS = 0
 CLIENT_QUIET = {"log_level": 2}  # librdkafka logs every refused connection otherwise
 
 
@@ -84,7 +89,7 @@ class Workload:
 
         conf = {
             "bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
-            "linger.ms": 5, "message.timeout.ms": 15000, "socket.timeout.ms": 5000,
+            "linger.ms": 5, "message.timeout.ms": MESSAGE_TIMEOUT_MS, "socket.timeout.ms": 5000,
             "topic.metadata.refresh.interval.ms": 2000, "error_cb": on_error, **CLIENT_QUIET,
         }  # fmt: skip
         return Producer(conf)
