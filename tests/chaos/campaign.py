@@ -32,7 +32,7 @@ from tests.chaos.schedule import PROFILES, Schedule, generate
 from tests.chaos.workload import Workload, create_topics, drain
 
 LIVENESS_WINDOW_S = 30.0
-DEFAULT_OUT = Path("bench/results/chaos")
+DEFAULT_OUT = Path(".cache/chaos")  # per-seed JSON, not committed
 
 
 def fresh_seed() -> int:
@@ -65,6 +65,15 @@ def run_schedule(schedule: Schedule, work_dir: Path) -> dict[str, Any]:
     result: dict[str, Any] = {"seed": schedule.seed, "profile": p.name,
                               "schedule": schedule.describe().splitlines()}  # fmt: skip
     workload: Workload | None = None
+    phases: dict[str, float] = {}
+    result["phases_s"] = phases
+    mark = [started]
+
+    def phase(name: str) -> None:
+        now = time.monotonic()
+        phases[name] = round(now - mark[0], 1)
+        mark[0] = now
+
     try:
         cluster.start()
         create_topics(cluster.bootstrap, topics, p.partitions)
@@ -74,12 +83,17 @@ def run_schedule(schedule: Schedule, work_dir: Path) -> dict[str, Any]:
         behind = wait_progress(workload, 0.0, 30.0)
         if behind:
             raise RuntimeError(f"clients {behind} made no progress before any fault")
+        phase("start")
         t0 = time.monotonic()
         heal_t = nemesis.run(t0)
-        behind = wait_progress(workload, heal_t, LIVENESS_WINDOW_S)
+        phase("faults")
+        wait_progress(workload, heal_t, LIVENESS_WINDOW_S)
         result["recovered_after_s"] = round(time.monotonic() - heal_t, 2)
+        phase("recover")
         workload.stop()
+        phase("stop")
         drained = drain(cluster.bootstrap, topics, p.partitions)
+        phase("drain")
         h = workload.history
         history = {
             "sends": h.sends, "polls": h.polls, "drain": drained,
