@@ -18,7 +18,8 @@ from tests.chaos.checker import summary_line
 from tests.chaos.net import unsupported_reason
 from tests.chaos.schedule import PROFILES, generate
 
-FIXED_SEEDS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+# 21, 326 and 50 together draw every fault kind of the short profile (crash-all included).
+FIXED_SEEDS = [21, 326, 50, 1, 2, 3, 5, 8, 9, 10]
 FRESH_SEEDS = [fresh_seed(), fresh_seed()]
 print(f"fault campaign: fresh seeds this run {FRESH_SEEDS}")
 

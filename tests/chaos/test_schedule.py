@@ -56,7 +56,7 @@ def test_faults_heal_and_crash_all_runs_alone(profile: str) -> None:
             for o in s.faults:
                 if o is not f and "crash-all" in (o.kind, f.kind):
                     assert f.heal_s <= o.at_s or o.heal_s <= f.at_s, s.describe()
-    assert kinds == set(KINDS)
+    assert kinds == set(p.kinds) and set(p.kinds) <= set(KINDS)
 
 
 def test_partitions_cut_only_cluster_nodes_and_split_is_a_minority() -> None:

@@ -14,7 +14,13 @@ import uuid
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
 PRODUCE_RATE_PER_S = 40.0  # per producer: the brokers share 2 cores with everything else
 # 0 = never: librdkafka bumps the producer epoch when an in-flight message times out and
@@ -204,8 +210,10 @@ class Workload:
             elif k % 4 == 1:
                 op, fut = "delete", admin.delete_topics([topic], request_timeout=8)[topic]
             else:
-                res = ConfigResource("topic", self.topics[0], {"retention.ms": str(3600000 + k)})
-                op, fut = "alter-config", admin.alter_configs([res], request_timeout=8)[res]
+                entry = ConfigEntry("retention.ms", str(3600000 + k),
+                                    incremental_operation=AlterConfigOpType.SET)  # fmt: skip
+                res = ConfigResource("topic", self.topics[0], incremental_configs=[entry])
+                op, fut = "alter-config", admin.incremental_alter_configs([res])[res]
             try:
                 fut.result(10)
                 outcome = "ok"
