@@ -158,13 +158,19 @@ def main(argv: list[str] | None = None) -> int:
         schedule = generate(seed, profile)
         print(schedule.describe(), flush=True)
         r = run_schedule(schedule, work_dir)
-        (args.out / f"{seed}.json").write_text(json.dumps(r, indent=1) + "\n")
+        # A seed replayed twice in one campaign keeps both results.
+        path = args.out / f"{seed}.json"
+        n = 1
+        while path.exists() and any(x["seed"] == seed for x in results):
+            n += 1
+            path = args.out / f"{seed}-{n}.json"
+        path.write_text(json.dumps(r, indent=1) + "\n")
         print(f"  {summary_line(seed, r, r['seconds']) if 'counts' in r else r.get('error')}")
         for line in r.get("duplicate_forensics", []):
             print(f"    duplicate {line}")
         if not r.get("ok"):
             print(f"  FAILED schedule, seed {seed}; replay: {replay_command(seed, profile.name)}"
-                  f"\n  details: {args.out / f'{seed}.json'}", flush=True)  # fmt: skip
+                  f"\n  details: {path}", flush=True)  # fmt: skip
         results.append(r)
     failed = [r["seed"] for r in results if not r.get("ok")]
     secs = [r["seconds"] for r in results]
