@@ -87,8 +87,12 @@ def run_schedule(schedule: Schedule, work_dir: Path) -> dict[str, Any]:
         t0 = time.monotonic()
         heal_t = nemesis.run(t0)
         phase("faults")
-        wait_progress(workload, heal_t, LIVENESS_WINDOW_S)
+        behind = wait_progress(workload, heal_t, LIVENESS_WINDOW_S)
         result["recovered_after_s"] = round(time.monotonic() - heal_t, 2)
+        result["stalled_clients"] = [
+            workload.describe_consumer(c) if c in workload.consumers else {"producer": c}
+            for c in behind
+        ]
         phase("recover")
         workload.stop()
         phase("stop")

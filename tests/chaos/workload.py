@@ -66,6 +66,7 @@ class Workload:
         self.consumers = [f"g{i}" for i in range(n_group_consumers)] + ["a0"]
         self.group = f"chaos-{uuid.uuid4().hex[:8]}"
         self.threads: list[threading.Thread] = []
+        self._consumers: dict[str, Consumer] = {}
 
     def start(self) -> None:
         targets: list[tuple[str, Any]] = [(p, self._produce) for p in self.producers]
@@ -77,9 +78,26 @@ class Workload:
             self.threads.append(t)
 
     def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop every client; all share one deadline (a stuck consumer's close would
+        otherwise cost its own full timeout)."""
         self.stop_event.set()
+        deadline = time.monotonic() + timeout_s
         for t in self.threads:
-            t.join(timeout_s)
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def describe_consumer(self, name: str) -> dict[str, Any]:
+        """What a (stalled) consumer holds: its assignment and positions (librdkafka's
+        handles are thread-safe for these)."""
+        consumer = self._consumers.get(name)
+        if consumer is None:
+            return {"consumer": name, "state": "not running"}
+        try:
+            parts = consumer.assignment()
+            pos = consumer.position(parts) if parts else []
+            return {"consumer": name, "assignment": [
+                f"{tp.topic}/{tp.partition}@{tp.offset}" for tp in pos]}  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - diagnosis only
+            return {"consumer": name, "error": repr(exc)}
 
     @property
     def clients(self) -> list[str]:
@@ -170,6 +188,7 @@ class Workload:
         else:
             conf.update({"group.id": f"{self.group}-assign", "enable.auto.commit": False})
         consumer = Consumer(conf)
+        self._consumers[name] = consumer
 
         def new_generation(_c: Any, _parts: Any) -> None:
             current[0] = next(gen)
