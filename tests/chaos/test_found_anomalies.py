@@ -1,7 +1,7 @@
 """Anomalies the fault campaign found, frozen as small tests (the broker code is others'
 to fix; these are marked xfail(strict) until it is, so the fix turns them into passes).
 
-Disk full (campaign seed 103, profile full, 01:39 UTC 2026-11-27): a leader's append
+Disk full (campaign seeds 103 and 1480372880, profile full, 2026-11-27): a leader's append
 that hit ENOSPC part-way left the written part of the batch in the segment file, and the
 next append (same offset, the LEO had not moved) landed after those bytes while the
 segment's size and index said it starts where the torn one does. Reads from that
