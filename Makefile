@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test test-long run bench lint clean conformance
+.PHONY: venv test test-long run bench lint clean conformance chaos
 
 $(STAMP): pyproject.toml setup.py spark_jobs/_record_walk.c tests/js/package-lock.json
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -40,6 +40,16 @@ LIBRDKAFKA_VENDOR ?= ../shared/vendor
 CONFORMANCE_ARGS ?=
 conformance: $(STAMP)
 	LIBRDKAFKA_VENDOR=$(LIBRDKAFKA_VENDOR) $(PY) -m tests.conformance.run_librdkafka $(CONFORMANCE_ARGS)
+
+# The fault campaign (README "Fault campaign"; needs root: network namespaces, loop mounts):
+# SCHEDULES fresh seeds (printed), or SEED=n to replay one schedule; PROFILE=short is CI's.
+# Results: .cache/chaos/<seed>.json and summary.json.
+SCHEDULES ?= 20
+SEED ?=
+PROFILE ?= full
+chaos: $(STAMP)
+	$(PY) -m tests.chaos.campaign --profile $(PROFILE) \
+	  $(if $(SEED),--seed $(SEED),--schedules $(SCHEDULES))
 
 run: $(STAMP)
 	$(VENV)/bin/kraft dev --data-dir ./data
