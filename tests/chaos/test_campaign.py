@@ -18,8 +18,9 @@ from tests.chaos.checker import summary_line
 from tests.chaos.net import unsupported_reason
 from tests.chaos.schedule import PROFILES, generate
 
-# 21, 326 and 50 together draw every fault kind of the short profile (crash-all included).
-FIXED_SEEDS = [21, 326, 50, 1, 2, 3, 5, 8, 9, 10]
+# Together these draw every fault kind of the short profile (41, 82 and 105 bring
+# crash-all and disk-full; the others the kills, pauses and partitions).
+FIXED_SEEDS = [41, 82, 105, 1, 2, 3, 5, 8, 9, 10]
 FRESH_SEEDS = [fresh_seed(), fresh_seed()]
 print(f"fault campaign: fresh seeds this run {FRESH_SEEDS}")
 
