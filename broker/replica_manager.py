@@ -40,6 +40,7 @@ from broker.record_deletion import LogStartCheckpointer
 from broker.replica_core import fetch_epoch_error
 from broker.replication_quota import ReplicationQuota
 from broker.results import FetchPartition, FetchResult, ListOffsetResult, ProduceResult
+from broker.stray_guard import StrayGuard
 from broker.txn_verify import Verifier, verify_first_append
 from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import Errors
@@ -100,6 +101,7 @@ class ReplicaManager:
         self._partitions: dict[TP, HostedPartition] = {}
         self._file_work: asyncio.Future[int] | None = None  # a metadata update's file step
         self._checkpointed_hw = log_manager.read_high_watermarks()
+        self.stray_guard = StrayGuard(log_manager.log_dirs)
         # DeleteRecords (leaders) and fetch answers (followers) move log start offsets.
         self.log_start_checkpointer = LogStartCheckpointer(log_manager)
         # Replicas being added by a reassignment fetch at most this fast (the fetchers
@@ -173,7 +175,14 @@ class ReplicaManager:
             topic_id = targets[tp][0] if tp in targets else None
             if (snapshot and tp not in targets) or (topic_id and topic_id != h.core.topic_id):
                 deletes.add(tp)  # gone while we were behind, or the topic was recreated
-        if snapshot:
+        if snapshot and not self.stray_guard.may_delete_strays(image.offset):
+            log.warning(
+                "metadata snapshot at offset %d is older than offset %d, where replicas were "
+                "created here: not deleting stray replicas on its word",
+                image.offset,
+                self.stray_guard.offset,
+            )
+        elif snapshot:
             # Stray replicas (Kafka's LogManager.findStrayReplicas, KRaft): logs on disk,
             # e.g. found at startup, that the whole image no longer assigns to us; the
             # partition was reassigned away or deleted while we were down or behind.
@@ -188,6 +197,9 @@ class ReplicaManager:
         for pl in plans:
             if pl.tp in deletes:
                 pl.hosted = None  # recreated topic: a fresh log after the old one goes
+        on_disk = self.log_manager.logs
+        if any(pl.hosted is None and pl.tp not in on_disk for pl in plans):
+            self.stray_guard.record(image.offset)  # new replicas: see broker/stray_guard.py
         heavy = [pl for pl in plans if self._needs_transition(pl)]
         # 1. fence requests and fetchers off the partitions that change
         for tp in deletes:

@@ -429,6 +429,29 @@ async def test_a_stray_replica_found_at_startup_is_deleted(tmp_path: Path) -> No
     assert restarted.partition(TOPIC, 0) is None
 
 
+@run
+async def test_a_snapshot_older_than_our_replicas_deletes_none_of_them(tmp_path: Path) -> None:
+    """After a whole-cluster restart a lagging controller may serve a snapshot from before
+    the topic existed: its word that our replica is stray must not delete live data
+    (broker/stray_guard.py; the fault campaign lost acknowledged records this way)."""
+    md = Metadata()
+    md.update(
+        *topic(name="other", replicas=(1, 2), topic_id="00000000-0000-0000-0000-0000000000aa")
+    )
+    stale = md.snapshot()  # before our topic
+    rm3 = manager(tmp_path, 3)
+    await rm3.on_metadata_update(*md.update(*topic(replicas=(3, 1), leader=3)))
+    await rm3.produce(TOPIC, 0, checked(batch(b"a")), 1, 1000)
+    kept_dir = rm3.partition(TOPIC, 0).log.dir  # type: ignore[union-attr]
+    rm3.shutdown()
+    restarted = manager(tmp_path, 3)
+    await restarted.on_metadata_update(*stale)
+    assert kept_dir.exists() and (TOPIC, 0) in restarted.log_manager.logs
+    await restarted.on_metadata_update(*md.snapshot())  # the current one: still ours
+    h = restarted.partition(TOPIC, 0)
+    assert h is not None and h.log.log_end_offset == 1
+
+
 def test_replication_quota_measures_a_rate_over_its_windows() -> None:
     q = ReplicationQuota(1000, window_ms=1000, windows=3)
     assert not q.is_exceeded(0)
