@@ -84,10 +84,13 @@ async def test_delete_waits_for_every_isr_replica_then_checkpoints(tmp_path: Pat
     task = asyncio.create_task(delete_records(rm, TOPIC, 0, 4, loop.time() + 10))
     h = rm.partition(TOPIC, 0)
     assert h is not None
-    await asyncio.sleep(0.05)
+    # The checkpoint is written in a thread: wait for it (under load it takes a while).
+    deadline = loop.time() + 5
+    while checkpointed(rm).get((TOPIC, 0)) != 4 and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+    assert checkpointed(rm).get((TOPIC, 0)) == 4  # durable before any answer
     assert not task.done()  # followers still start at 0
     assert h.log.log_start_offset == 4
-    assert checkpointed(rm)[(TOPIC, 0)] == 4  # durable before any answer
     assert follower_fetch(rm, 2, 10, 0) == 4  # the leader tells followers its start
     follower_fetch(rm, 2, 10, 4)
     await asyncio.sleep(0.05)
