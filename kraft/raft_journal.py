@@ -46,6 +46,8 @@ from typing import Any
 
 import crc32c
 
+from storage.checkpoint import fsync_dir
+
 log = logging.getLogger("kraft.raft_journal")
 
 MAGIC = b"KRAFTJ01"  # 8-byte file header
@@ -54,14 +56,6 @@ _ENTRY = struct.Struct("<QQ")  # Raft index, term
 _LEGACY_MAGIC = b"PYSYNCOBJ"
 
 Entry = tuple[bytes, int, int]  # (command, Raft index, term): pysyncobj's shape
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def replace_file(tmp: Path, target: Path, *, fsync: bool, ledger: Ledger | None) -> None:
@@ -75,7 +69,7 @@ def replace_file(tmp: Path, target: Path, *, fsync: bool, ledger: Ledger | None)
             os.close(fd)
     os.replace(tmp, target)
     if fsync:
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
         if ledger is not None:
             ledger.file_replaced(target)
 
