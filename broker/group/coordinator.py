@@ -28,7 +28,7 @@ from typing import Any, Generic, TypeVar
 
 from broker.group import messages as m
 from broker.group.config import GroupConfig, partition_for
-from broker.group.group import Group, GroupState, Member
+from broker.group.group import Group, GroupState, Member, log
 from broker.group.messages import Append, Out, Reply
 from broker.group.offsets import OffsetsMixin
 from broker.group.timers import TimersMixin
@@ -347,7 +347,7 @@ class GroupCoordinatorCore(TimersMixin[T], TxnOffsetsMixin[T], OffsetsMixin[T], 
     def _complete_join(self, g: Group[T], now_ms: int, out: list[Out[T]]) -> None:
         for mem in list(g.members.values()):
             if not mem.awaiting_join:  # did not rejoin in time
-                self._remove_member(g, mem, out)
+                self._remove_member(g, mem, out, "did not rejoin in time")
         g.initial_delay = False
         g.generation_id += 1
         if g.is_empty():
@@ -391,7 +391,10 @@ class GroupCoordinatorCore(TimersMixin[T], TxnOffsetsMixin[T], OffsetsMixin[T], 
 
         out.append(self._store_group(g, stored))
 
-    def _remove_member(self, g: Group[T], mem: Member[T], out: list[Out[T]]) -> None:
+    def _remove_member(
+        self, g: Group[T], mem: Member[T], out: list[Out[T]], why: str = "left"
+    ) -> None:
+        log.info("group %s: member %s removed (%s)", g.group_id, mem.member_id, why)
         self._fail_waiting(mem, Errors.UNKNOWN_MEMBER_ID, out)
         g.members.pop(mem.member_id, None)
         g.awaiting_sync.discard(mem.member_id)

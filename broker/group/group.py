@@ -9,6 +9,7 @@ in `coordinator.py`.
 from __future__ import annotations
 
 import enum
+import logging
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,6 +19,10 @@ from broker.group.records import GroupValue, MemberValue, OffsetValue
 from common.errors import Errors
 
 T = TypeVar("T")
+
+# Rebalances are rare and are what an operator asks about first ("why did my consumer
+# lose its partitions?"), so their transitions are logged at INFO, as Kafka does.
+log = logging.getLogger("broker.group")
 
 
 @dataclass
@@ -95,6 +100,15 @@ class Group(Generic[T]):
     new_member_added: bool = False  # a member joined during the initial delay
 
     def transition(self, state: GroupState, now_ms: int) -> None:
+        if state != self.state:
+            log.info(
+                "group %s: %s -> %s, generation %d, members %s",
+                self.group_id,
+                self.state.value,
+                state.value,
+                self.generation_id,
+                sorted(self.members),
+            )
         self.state = state
         self.state_since_ms = now_ms
 

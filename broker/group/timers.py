@@ -25,7 +25,9 @@ class TimersMixin(Generic[T]):
     if TYPE_CHECKING:
 
         def _complete_join(self, g: Group[T], now_ms: int, out: list[Out[T]]) -> None: ...
-        def _remove_member(self, g: Group[T], mem: Member[T], out: list[Out[T]]) -> None: ...
+        def _remove_member(
+            self, g: Group[T], mem: Member[T], out: list[Out[T]], why: str = "left"
+        ) -> None: ...
         def _member_gone(self, g: Group[T], now_ms: int, out: list[Out[T]]) -> None: ...
         def expire_offsets(self, now_ms: int) -> list[Out[T]]: ...
 
@@ -48,7 +50,7 @@ class TimersMixin(Generic[T]):
                 # Members that got their JoinGroup answer but never synced (Kafka 2.8+).
                 for member_id in list(g.awaiting_sync):
                     if (mem := g.members.get(member_id)) is not None:
-                        self._remove_member(g, mem, out)
+                        self._remove_member(g, mem, out, "no SyncGroup before the deadline")
                 g.awaiting_sync.clear()
                 self._member_gone(g, now_ms, out)
         if self._next_expiry_ms is None:
@@ -66,7 +68,7 @@ class TimersMixin(Generic[T]):
                 gone = True
         for mem in list(g.members.values()):
             if not self._keep_alive(g, mem, now_ms):
-                self._remove_member(g, mem, out)
+                self._remove_member(g, mem, out, "session expired")
                 gone = True
         if gone:
             self._member_gone(g, now_ms, out)

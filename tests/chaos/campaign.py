@@ -77,7 +77,8 @@ def run_schedule(schedule: Schedule, work_dir: Path) -> dict[str, Any]:
     try:
         cluster.start()
         create_topics(cluster.bootstrap, topics, p.partitions)
-        workload = Workload(cluster.bootstrap, topics, p.partitions)
+        workload = Workload(cluster.bootstrap, topics, p.partitions,
+                            group_log=run_dir / "group-consumers.log")  # fmt: skip
         workload.start()
         # Faults start once every client has made progress: the baseline works.
         behind = wait_progress(workload, 0.0, 30.0)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
@@ -56,8 +58,19 @@ class History:
 
 class Workload:
     def __init__(self, bootstrap: str, topics: list[str], partitions: int,
-                 n_producers: int = 2, n_group_consumers: int = 2) -> None:  # fmt: skip
+                 n_producers: int = 2, n_group_consumers: int = 2,
+                 group_log: Path | None = None) -> None:  # fmt: skip
         self.bootstrap = bootstrap
+        # The group consumers' librdkafka "cgrp" debug log: a liveness failure (a member
+        # that never rejoins) is diagnosed from the client's side of the protocol.
+        self._group_logger: logging.Logger | None = None
+        if group_log is not None:
+            self._group_logger = logging.getLogger(f"chaos.cgrp.{uuid.uuid4().hex[:8]}")
+            self._group_logger.propagate = False
+            self._group_logger.setLevel(logging.DEBUG)
+            handler = logging.FileHandler(group_log)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+            self._group_logger.addHandler(handler)
         self.topics = topics
         self.partitions = partitions
         self.history = History()
@@ -84,6 +97,10 @@ class Workload:
         deadline = time.monotonic() + timeout_s
         for t in self.threads:
             t.join(max(0.0, deadline - time.monotonic()))
+        if self._group_logger is not None:
+            for handler in list(self._group_logger.handlers):
+                handler.close()
+                self._group_logger.removeHandler(handler)
 
     def describe_consumer(self, name: str) -> dict[str, Any]:
         """What a (stalled) consumer holds: its assignment and positions (librdkafka's
@@ -184,7 +201,10 @@ class Workload:
             "topic.metadata.refresh.interval.ms": 2000, **CLIENT_QUIET,
         }  # fmt: skip
         if name.startswith("g"):
-            conf.update({"group.id": self.group, "auto.commit.interval.ms": 1000})
+            conf.update({"group.id": self.group, "auto.commit.interval.ms": 1000,
+                         "client.id": f"chaos-{name}"})  # fmt: skip
+            if self._group_logger is not None:
+                conf.update(debug="cgrp", log_level=7, logger=self._group_logger)
         else:
             conf.update({"group.id": f"{self.group}-assign", "enable.auto.commit": False})
         consumer = Consumer(conf)
