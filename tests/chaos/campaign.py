@@ -78,7 +78,7 @@ def run_schedule(schedule: Schedule, work_dir: Path) -> dict[str, Any]:
         cluster.start()
         create_topics(cluster.bootstrap, topics, p.partitions)
         workload = Workload(cluster.bootstrap, topics, p.partitions,
-                            group_log=run_dir / "group-consumers.log")  # fmt: skip
+                            client_log=run_dir / "clients.log")  # fmt: skip
         workload.start()
         # Faults start once every client has made progress: the baseline works.
         behind = wait_progress(workload, 0.0, 30.0)

@@ -59,18 +59,19 @@ class History:
 class Workload:
     def __init__(self, bootstrap: str, topics: list[str], partitions: int,
                  n_producers: int = 2, n_group_consumers: int = 2,
-                 group_log: Path | None = None) -> None:  # fmt: skip
+                 client_log: Path | None = None) -> None:  # fmt: skip
         self.bootstrap = bootstrap
-        # The group consumers' librdkafka "cgrp" debug log: a liveness failure (a member
-        # that never rejoins) is diagnosed from the client's side of the protocol.
-        self._group_logger: logging.Logger | None = None
-        if group_log is not None:
-            self._group_logger = logging.getLogger(f"chaos.cgrp.{uuid.uuid4().hex[:8]}")
-            self._group_logger.propagate = False
-            self._group_logger.setLevel(logging.DEBUG)
-            handler = logging.FileHandler(group_log)
+        # librdkafka's debug log of the group consumers ("cgrp") and the producers ("eos"):
+        # a member that never rejoins, or a producer epoch bump (which re-sends messages
+        # that may already be written: a duplicate), is diagnosed from the client's side.
+        self._client_logger: logging.Logger | None = None
+        if client_log is not None:
+            self._client_logger = logging.getLogger(f"chaos.clients.{uuid.uuid4().hex[:8]}")
+            self._client_logger.propagate = False
+            self._client_logger.setLevel(logging.DEBUG)
+            handler = logging.FileHandler(client_log)
             handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-            self._group_logger.addHandler(handler)
+            self._client_logger.addHandler(handler)
         self.topics = topics
         self.partitions = partitions
         self.history = History()
@@ -97,10 +98,10 @@ class Workload:
         deadline = time.monotonic() + timeout_s
         for t in self.threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        if self._group_logger is not None:
-            for handler in list(self._group_logger.handlers):
+        if self._client_logger is not None:
+            for handler in list(self._client_logger.handlers):
                 handler.close()
-                self._group_logger.removeHandler(handler)
+                self._client_logger.removeHandler(handler)
 
     def describe_consumer(self, name: str) -> dict[str, Any]:
         """What a (stalled) consumer holds: its assignment and positions (librdkafka's
@@ -132,7 +133,10 @@ class Workload:
             "bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
             "linger.ms": 5, "message.timeout.ms": MESSAGE_TIMEOUT_MS, "socket.timeout.ms": 5000,
             "topic.metadata.refresh.interval.ms": 2000, "error_cb": on_error, **CLIENT_QUIET,
+            "client.id": f"chaos-{name}",
         }  # fmt: skip
+        if self._client_logger is not None:
+            conf.update(debug="eos", log_level=7, logger=self._client_logger)
         return Producer(conf)
 
     def _produce(self, name: str) -> None:
@@ -203,8 +207,8 @@ class Workload:
         if name.startswith("g"):
             conf.update({"group.id": self.group, "auto.commit.interval.ms": 1000,
                          "client.id": f"chaos-{name}"})  # fmt: skip
-            if self._group_logger is not None:
-                conf.update(debug="cgrp", log_level=7, logger=self._group_logger)
+            if self._client_logger is not None:
+                conf.update(debug="cgrp", log_level=7, logger=self._client_logger)
         else:
             conf.update({"group.id": f"{self.group}-assign", "enable.auto.commit": False})
         consumer = Consumer(conf)
