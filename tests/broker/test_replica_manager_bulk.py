@@ -1,19 +1,19 @@
 """Metadata updates that touch many partitions at once run their file work on a thread
-pool (broker/replica_manager.py: FILE_WORKERS): every replica must come out the same
+pool (broker/replica_changes.py: FILE_WORKERS): every replica must come out the same
 as one by one, and a recreated topic's old logs must go before its new ones open."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from broker import replica_manager
+from broker import replica_changes
 from broker.replica_manager import ReplicaManager
 from metadata_log.records import PartitionChangeRecord, RemoveTopicRecord
 from storage.log_manager import LogManager
 from tests.harness.replicas import TID, TOPIC, Metadata, batch, broker_config, checked, run, topic
 
 TID2 = "7f1c2b63-4e6c-4e8f-8b66-1b5c3a4d2e21"
-N = 3 * replica_manager.PARALLEL_FILE_WORK_FROM  # enough for the parallel path
+N = 3 * replica_changes.PARALLEL_FILE_WORK_FROM  # enough for the parallel path
 
 
 def manager(tmp_path: Path) -> ReplicaManager:
