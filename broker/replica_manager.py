@@ -164,6 +164,7 @@ class ReplicaManager(ReplicaChangesMixin):
         duplicates get their original offsets; gaps OUT_OF_ORDER_SEQUENCE_NUMBER.
         Transactional batches that open a transaction here are verified first with the
         coordinator when a `verifier` is set (KIP-890 part 1)."""
+        await self._transition_end((topic, partition), timeout_ms)
         h = self._leader(topic, partition, -1)
         if isinstance(h, int):
             return ProduceResult(h)
@@ -182,6 +183,34 @@ class ReplicaManager(ReplicaChangesMixin):
                 if isinstance(h, int):
                     return ProduceResult(h)
         return await self._wait_append(h, topic, acks, timeout_ms, batches, guard, verify)
+
+    async def _transition_end(self, tp: TP, timeout_ms: int) -> None:
+        """Wait, at most `timeout_ms`, while a metadata update changes the partition's
+        role or leader epoch. Kafka's produce waits the same way (on the partition's
+        leaderIsrUpdateLock while the broker makes it leader). Answering
+        NOT_LEADER_OR_FOLLOWER meanwhile is not harmless: the connection's next request
+        then reaches the new leader with a sequence gap (OUT_OF_ORDER_SEQUENCE_NUMBER),
+        on which librdkafka bumps the producer epoch and re-sends messages whose first
+        attempt may be in a log (duplicates; confluentinc/librdkafka#4953)."""
+        h = self._partitions.get(tp)
+        if h is None or not h.transitioning:
+            return
+        deadline = self._clock_ms() + max(0, timeout_ms)
+        loop = asyncio.get_running_loop()
+        # The update wakes the partition's waiters when the transition starts and ends
+        # (and when it deletes the partition); appends and HW moves wake them too.
+        while self._partitions.get(tp) is h and h.transitioning:
+            left = deadline - self._clock_ms()
+            if left <= 0:
+                return
+            fut: asyncio.Future[None] = loop.create_future()
+            h.waiters.add(fut)
+            try:
+                await asyncio.wait_for(fut, left / 1000)
+            except TimeoutError:
+                return
+            finally:
+                h.waiters.discard(fut)
 
     async def _wait_append(
         self,

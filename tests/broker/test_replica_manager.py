@@ -11,11 +11,13 @@ Every wait has a deadline; nothing sleeps to synchronise.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from broker import replica_changes
 from broker.fetcher import FollowerData
 from broker.producer_state import (
     INT32_MAX,
@@ -198,6 +200,61 @@ async def test_idempotent_retries_get_original_offsets(tmp_path: Path) -> None:
     fenced = await rm.produce(TOPIC, 0, checked(batch(b"e", pid=42, epoch=0, seq=3)), 1, 1000)
     assert fenced.error_code == 47
     assert fetched(rm, 0) == [b"a", b"b", b"c", b"d"]
+
+
+@run
+async def test_a_produce_during_a_leader_epoch_change_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka's produce waits while the broker makes the partition leader; ours did not
+    (NOT_LEADER_OR_FOLLOWER), and an idempotent producer's next in-flight request then
+    met a sequence gap, on which librdkafka bumps its epoch and re-sends messages that
+    may already be written: the fault campaign's duplicates."""
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic()))
+    first = batch(b"a", b"b", pid=42, epoch=0, seq=0)
+    assert (await rm.produce(TOPIC, 0, checked(first), 1, 1000)).base_offset == 0
+    release = threading.Event()
+    real_start = replica_changes.start_leader_epoch
+
+    def slow_start(lg: Log, epoch: int) -> None:  # the file step, on its thread
+        assert release.wait(10)
+        real_start(lg, epoch)
+
+    monkeypatch.setattr(replica_changes, "start_leader_epoch", slow_start)
+    h = rm.partition(TOPIC, 0)
+    assert h is not None
+    # Re-elected (leader epoch 1): the partition is transitioning until the file step ends.
+    update = asyncio.create_task(
+        rm.on_metadata_update(*md.update(PartitionChangeRecord(TID, 0, (1,), 1, 1, 1)))
+    )
+    await eventually(lambda: h.transitioning, 5, "the transition to start")
+    produce = asyncio.create_task(
+        rm.produce(TOPIC, 0, checked(batch(b"c", pid=42, epoch=0, seq=2)), 1, 5000)
+    )
+    for _ in range(20):  # the produce gets to its wait (it must not answer meanwhile)
+        await asyncio.sleep(0)
+    assert not produce.done()
+    release.set()
+    await asyncio.wait_for(update, 5)
+    r = await asyncio.wait_for(produce, 5)
+    assert (r.error_code, r.base_offset) == (0, 2)
+    assert fetched(rm, 0) == [b"a", b"b", b"c"]
+
+
+@run
+async def test_a_produce_gives_up_waiting_for_a_transition_at_its_timeout(
+    tmp_path: Path,
+) -> None:
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic()))
+    h = rm.partition(TOPIC, 0)
+    assert h is not None
+    h.transitioning = True  # an update that never ends (the file step hangs)
+    r = await asyncio.wait_for(rm.produce(TOPIC, 0, checked(batch(b"a")), 1, 50), 5)
+    assert r.error_code == 6  # NOT_LEADER_OR_FOLLOWER, retriable
 
 
 @run
