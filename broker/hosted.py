@@ -117,8 +117,12 @@ class HostedPartition:
     log: Log
     producers: ProducerStateManager
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
-    # Its role is changing (files being prepared): requests get NOT_LEADER_OR_FOLLOWER.
+    # Its role is changing (files being prepared): produces wait for the change to end
+    # (ReplicaManager._transition_end), other requests get NOT_LEADER_OR_FOLLOWER.
     transitioning: bool = False
+    # Idempotent producers whose last batch here could not be written (a full disk):
+    # until one of theirs is written, a sequence gap is that batch, not a client bug.
+    unwritten_producers: set[int] = field(default_factory=set)
     # The replica manager's change feed: every wake is marked there too (fetch sessions
     # read only the partitions marked since their last fetch).
     feed: ChangeFeed | None = None
@@ -232,6 +236,15 @@ class HostedPartition:
         try:
             dup = self.producers.check(headers, guard, verify)
         except ProducerStateError as exc:
+            if exc.error_code == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER and any(
+                h.producer_id in self.unwritten_producers for h in headers
+            ):
+                # The gap is the batch the disk refused just before (the connection's next
+                # in-flight request comes right after it). Kafka would have taken the log
+                # dir offline and answer KAFKA_STORAGE_ERROR; so do we, and the client
+                # retries both in order. OUT_OF_ORDER_SEQUENCE_NUMBER makes librdkafka
+                # bump its epoch, re-sending possibly-written messages (duplicates).
+                return ProduceResult(Errors.KAFKA_STORAGE_ERROR, error_message=str(exc)), -1
             return ProduceResult(exc.error_code, error_message=str(exc)), -1
         if dup is not None:  # a retry of a batch we have: its original offsets
             result = ProduceResult(Errors.NONE, dup.first_offset, -1, lg.log_start_offset)
@@ -242,7 +255,10 @@ class HostedPartition:
             return ProduceResult(exc.error_code, error_message=str(exc)), -1
         except OSError as exc:  # never UNKNOWN_SERVER_ERROR: clients retry it into duplicates
             log.error("append to %s failed: %r", self.name, exc)
+            self.unwritten_producers.update(h.producer_id for h in headers if h.is_idempotent)
             return ProduceResult(Errors.KAFKA_STORAGE_ERROR, error_message=str(exc)), -1
+        if self.unwritten_producers:
+            self.unwritten_producers.difference_update(h.producer_id for h in headers)
         self._index(self.producers.record(headers, info.first_offset))
         finish_acks(self.core.on_leader_append(lg.log_end_offset))
         self.wake()

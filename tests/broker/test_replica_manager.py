@@ -258,6 +258,39 @@ async def test_a_produce_gives_up_waiting_for_a_transition_at_its_timeout(
 
 
 @run
+async def test_the_batch_after_one_the_disk_refused_gets_a_storage_error_not_a_gap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk refuses seq 1; the connection's next request (seq 2) must not get
+    OUT_OF_ORDER_SEQUENCE_NUMBER, on which librdkafka bumps its epoch (duplicates), but
+    the retriable KAFKA_STORAGE_ERROR Kafka answers for an offline log dir."""
+    md = Metadata()
+    rm = manager(tmp_path)
+    await rm.on_metadata_update(*md.update(*topic()))
+    h = rm.partition(TOPIC, 0)
+    assert h is not None
+
+    async def send(value: bytes, seq: int) -> int:
+        r = await rm.produce(TOPIC, 0, checked(batch(value, pid=42, epoch=0, seq=seq)), 1, 1000)
+        return r.error_code
+
+    assert await send(b"a", 0) == 0
+    real_append = h.log.append_checked_as_leader
+
+    def disk_full(*args: object, **kwargs: object) -> object:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(h.log, "append_checked_as_leader", disk_full)
+    assert await send(b"b", 1) == 56  # KAFKA_STORAGE_ERROR
+    assert await send(b"c", 2) == 56  # the gap is the refused batch: not 45
+    monkeypatch.setattr(h.log, "append_checked_as_leader", real_append)
+    assert await send(b"b", 1) == 0  # the client's retries, in order
+    assert await send(b"c", 2) == 0
+    assert await send(b"z", 9) == 45  # a real gap is one again
+    assert fetched(rm, 0) == [b"a", b"b", b"c"]
+
+
+@run
 async def test_producer_state_is_rebuilt_from_the_log_after_a_restart(tmp_path: Path) -> None:
     md = Metadata()
     rm = manager(tmp_path)
