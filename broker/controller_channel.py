@@ -148,10 +148,13 @@ class ControllerChannel:
         resp_type: type[R],
         *,
         timeout_s: float | None = None,
+        attempt_timeout_s: float | None = None,
     ) -> R:
         """POST to the active controller: follow 307 to it, on 503 or a network error
         try the next controller after a short backoff, until `timeout_s` has passed.
-        4xx answers raise ControllerError (never retried)."""
+        4xx answers raise ControllerError (never retried). `attempt_timeout_s` bounds
+        each try: a controller that accepts the connection and never answers (paused,
+        or deposed without knowing it) then costs that long, not the whole deadline."""
         if self._session is None:
             raise ControllerUnavailable("the controller channel is not started")
         payload = msgspec.json.encode(body)
@@ -171,7 +174,9 @@ class ControllerChannel:
                     data=payload,
                     headers={"Content-Type": "application/json", **self._identity},
                     allow_redirects=False,
-                    timeout=aiohttp.ClientTimeout(total=min(remaining, self.request_timeout_s)),
+                    timeout=aiohttp.ClientTimeout(
+                        total=min(remaining, attempt_timeout_s or self.request_timeout_s)
+                    ),
                 ) as resp:
                     status, data = resp.status, await resp.read()
                     location = resp.headers.get("Location")

@@ -69,6 +69,13 @@ class BrokerLifecycleManager:
         self._listeners = listeners
         self._rack = rack
         self._heartbeat_s = heartbeat_interval_ms / 1000
+        # One heartbeat try waits at most this long before the next controller is tried.
+        # Without it, a heartbeat to an active controller that was paused (SIGSTOP: the
+        # kernel still accepts the connection) waited request.timeout.ms (30 s) while the
+        # new active controller, hearing from nobody, fenced every broker after its
+        # session timeout (the fault campaign, seed 2279696855). Kafka's brokers follow
+        # the Raft leader instead; two intervals is well inside any session timeout.
+        self._attempt_timeout_s = max(1.0, 2 * self._heartbeat_s)
         self._clock = clock
         self.metadata_offset = -1  # what every publisher has applied
         self.broker_epoch = -1
@@ -211,7 +218,12 @@ class BrokerLifecycleManager:
             self._rack,
             previous_broker_epoch=self._previous_broker_epoch(),
         )
-        resp = await self._channel.post("/v1/brokers/register", req, BrokerRegistrationResponse)
+        resp = await self._channel.post(
+            "/v1/brokers/register",
+            req,
+            BrokerRegistrationResponse,
+            attempt_timeout_s=self._attempt_timeout_s,
+        )
         if resp.error_code == Errors.DUPLICATE_BROKER_REGISTRATION:
             # Our previous incarnation still holds a live session (it was killed, not
             # stopped): it ends within broker.session.timeout.ms.
@@ -238,7 +250,11 @@ class BrokerLifecycleManager:
             want_shutdown=self._want_shutdown,
         )
         resp = await self._channel.post(
-            "/v1/brokers/heartbeat", req, BrokerHeartbeatResponse, timeout_s=timeout_s
+            "/v1/brokers/heartbeat",
+            req,
+            BrokerHeartbeatResponse,
+            timeout_s=timeout_s,
+            attempt_timeout_s=self._attempt_timeout_s,
         )
         if resp.error_code in (Errors.STALE_BROKER_EPOCH, Errors.BROKER_ID_NOT_REGISTERED):
             log.warning(

@@ -16,6 +16,11 @@ process), with Kafka's default timings: heartbeats every 2 s, a 9 s session, and
   Kafka's session timeout.
 - A controller failover fences nobody: the brokers' connections to the dead controller
   close, but only the active controller decides and it heard from them.
+- Nor does a SIGSTOPped active controller, paused for longer than the session: the
+  brokers' heartbeats to it hang (its kernel still accepts the connections), and each
+  try gives up after two heartbeat intervals for the next controller, in time for the
+  new active controller's session (the fault campaign, seed 2279696855, saw every
+  broker fenced when a try waited request.timeout.ms).
 
 Every wait is a condition under a deadline; failures carry the node logs.
 """
@@ -29,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from kraft.tools.launcher import active_controller, cluster_state
 from tests.harness.cluster_procs import POLL_S, ProcCluster, wait_for
 
 SESSION_MS = 9000  # broker.session.timeout.ms: Kafka's default
@@ -208,3 +214,25 @@ def test_a_controller_failover_fences_nobody(cluster: ProcCluster) -> None:
         )
         time.sleep(POLL_S)
     cluster.restart_controller(active.node_id)
+
+
+def test_a_paused_active_controller_fences_nobody(cluster: ProcCluster) -> None:
+    active = cluster.wait_active_controller(30)
+    others = [c for c in cluster.controllers if c.node_id != active.node_id]
+    active.pause()
+    try:
+        new = wait_for(lambda: active_controller(others), 30,
+                       "the other controllers to elect an active one", cluster.logs)  # fmt: skip
+        t_new = time.monotonic()
+        # Watched for the new active controller's whole first session and more: every
+        # broker must have heartbeated to it by then (a deliberate length).
+        while time.monotonic() - t_new < SESSION_MS / 1000 + 3:
+            state = cluster_state(others)
+            fenced = {b["broker_id"] for b in (state or {}).get("brokers", []) if b["fenced"]}
+            assert not fenced, (
+                f"brokers {sorted(fenced)} fenced while controller {active.node_id} was paused "
+                f"(new active: {new.node_id}): {describe(cluster)}\n{cluster.logs()}"
+            )
+            time.sleep(POLL_S)
+    finally:
+        active.resume()
