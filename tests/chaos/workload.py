@@ -103,19 +103,28 @@ class Workload:
                 handler.close()
                 self._client_logger.removeHandler(handler)
 
-    def describe_consumer(self, name: str) -> dict[str, Any]:
+    def describe_consumer(self, name: str, timeout_s: float = 5.0) -> dict[str, Any]:
         """What a (stalled) consumer holds: its assignment and positions (librdkafka's
-        handles are thread-safe for these)."""
+        handles are thread-safe for these). Asked on a thread, given `timeout_s`: a stuck
+        consumer's assignment() can block forever, and the campaign must go on."""
         consumer = self._consumers.get(name)
         if consumer is None:
             return {"consumer": name, "state": "not running"}
-        try:
-            parts = consumer.assignment()
-            pos = consumer.position(parts) if parts else []
-            return {"consumer": name, "assignment": [
-                f"{tp.topic}/{tp.partition}@{tp.offset}" for tp in pos]}  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - diagnosis only
-            return {"consumer": name, "error": repr(exc)}
+        out: dict[str, Any] = {"consumer": name, "state": f"no answer in {timeout_s:.0f} s"}
+
+        def ask() -> None:
+            try:
+                parts = consumer.assignment()
+                pos = consumer.position(parts) if parts else []
+                out.pop("state")
+                out["assignment"] = [f"{tp.topic}/{tp.partition}@{tp.offset}" for tp in pos]
+            except Exception as exc:  # noqa: BLE001 - diagnosis only
+                out["error"] = repr(exc)
+
+        asker = threading.Thread(target=ask, name=f"describe-{name}", daemon=True)
+        asker.start()
+        asker.join(timeout_s)
+        return dict(out)
 
     @property
     def clients(self) -> list[str]:
