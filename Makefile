@@ -42,13 +42,15 @@ conformance: $(STAMP)
 	LIBRDKAFKA_VENDOR=$(LIBRDKAFKA_VENDOR) $(PY) -m tests.conformance.run_librdkafka $(CONFORMANCE_ARGS)
 
 # The fault campaign (README "Fault campaign"; needs root: network namespaces, loop mounts):
-# SCHEDULES fresh seeds (printed), or SEED=n to replay one schedule; PROFILE=short is CI's.
+# SCHEDULES fresh seeds (printed), or SEED=n to replay one schedule; PROFILE=short is CI's;
+# JOBS=n runs n schedules at once (each its own process and namespaces).
 # Results: .cache/chaos/<seed>.json and summary.json.
 SCHEDULES ?= 20
 SEED ?=
 PROFILE ?= full
+JOBS ?= 1
 chaos: $(STAMP)
-	$(PY) -m tests.chaos.campaign --profile $(PROFILE) \
+	$(PY) -m tests.chaos.campaign --profile $(PROFILE) --jobs $(JOBS) \
 	  $(if $(SEED),--seed $(SEED),--schedules $(SCHEDULES))
 
 run: $(STAMP)

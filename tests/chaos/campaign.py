@@ -5,6 +5,7 @@ and consumer to make progress, stop the clients, drain, check, tear down.
 
     python -m tests.chaos.campaign --schedules 20            # fresh seeds, printed
     python -m tests.chaos.campaign --seed 1234 --profile full # replay one
+    python -m tests.chaos.campaign --schedules 200 --jobs 2   # two at a time
 
 A failing schedule prints its seed and the command that replays it; results (the
 schedule, the nemesis's events, the checker's verdict) go to OUT/<seed>.json and a
@@ -15,11 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +135,29 @@ def run_schedule(schedule: Schedule, work_dir: Path) -> dict[str, Any]:
     return result
 
 
+def _run_seed(seed: int, profile_name: str, work_dir: Path) -> dict[str, Any]:
+    schedule = generate(seed, PROFILES[profile_name])
+    print(schedule.describe(), flush=True)
+    return run_schedule(schedule, work_dir)
+
+
+def _results(
+    seeds: list[int], profile_name: str, work_dir: Path, jobs: int
+) -> Iterator[dict[str, Any]]:
+    """Each schedule's result, in the order they finish. With jobs > 1 every schedule runs
+    in a fresh process (its clients' threads and librdkafka handles die with it); their
+    clusters are apart anyway (own namespaces, bridge, /24, data dir, ports per host)."""
+    if jobs <= 1:
+        for seed in seeds:
+            yield _run_seed(seed, profile_name, work_dir)
+        return
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(jobs, mp_context=ctx, max_tasks_per_child=1) as pool:
+        futures = [pool.submit(_run_seed, seed, profile_name, work_dir) for seed in seeds]
+        for fut in as_completed(futures):
+            yield fut.result()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--schedules", type=int, default=20)
@@ -139,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", choices=sorted(PROFILES), default="full")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--print-only", action="store_true", help="print the schedules, run none")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="schedules at once, each in its own process and namespaces")  # fmt: skip
     args = ap.parse_args(argv)
     if args.seed:
         seeds = args.seed
@@ -159,10 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     work_dir = Path(tempfile.mkdtemp(prefix="kraft-chaos-"))
     print(f"fault campaign: {len(seeds)} schedules, profile {profile.name}, seeds {seeds}")
     results = []
-    for seed in seeds:
-        schedule = generate(seed, profile)
-        print(schedule.describe(), flush=True)
-        r = run_schedule(schedule, work_dir)
+    for r in _results(seeds, profile.name, work_dir, args.jobs):
+        seed = r["seed"]
         # A seed replayed twice in one campaign keeps both results.
         path = args.out / f"{seed}.json"
         n = 1
