@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from common.errors import Errors
 from kraft.configuration_control import ConfigurationControlManager
 from kraft.decision import ControllerConfig, Decision
+from kraft.election import ELR_OFF, ElrPolicy, PartitionView, next_elr
 from kraft.partition_index import PartitionIndex
 from metadata_log.controller_api import (
     AlterPartitionReassignmentsRequest,
@@ -61,9 +62,10 @@ def build_change(
     removing: tuple[int, ...] | None = None,
     adding: tuple[int, ...] | None = None,
     unclean: bool = False,
+    policy: ElrPolicy = ELR_OFF,
 ) -> PartitionChangeRecord | None:
     """The record taking `reg` to the given targets (None: unchanged), or None when
-    nothing changes (Kafka's PartitionChangeBuilder.build, without ELR): complete the
+    nothing changes (Kafka's PartitionChangeBuilder.build, its ELR by `policy`): complete the
     reassignment if the ISR allows, keep a leader that is still in the ISR and usable,
     else elect the first such target replica (an unclean election of the first usable
     one only when `unclean`), and bump the leader epoch when the leader changes or
@@ -81,6 +83,7 @@ def build_change(
     def valid(r: int) -> bool:
         return r in t_isr and r in usable
 
+    unclean_elected = False
     if reg.leader != NO_LEADER and valid(reg.leader):
         leader = reg.leader
     else:
@@ -89,12 +92,25 @@ def build_change(
             leader = next((r for r in t_replicas if r in usable), NO_LEADER)
             if leader != NO_LEADER:
                 t_isr = (leader,)  # unclean: the new leader alone (data may be lost)
+                unclean_elected = True
+    # KIP-966 (the stateful controller test found reassignments leaving an ISR member, or
+    # a replica no longer assigned, in the ELR): the ELR as any change keeps it, within
+    # the new replicas; an unclean election clears it.
+    if unclean_elected:
+        elr: tuple[int, ...] = ()
+        last_known: tuple[int, ...] = ()
+    else:
+        elr, last_known = next_elr(PartitionView.of(reg), t_isr, leader, policy)
+    elr = tuple(r for r in elr if r in t_replicas and r not in t_isr)
+    last_known = tuple(r for r in last_known if r in t_replicas and r not in t_isr)
     if (
         t_replicas == reg.replicas
         and t_isr == reg.isr
         and t_removing == reg.removing_replicas
         and t_adding == reg.adding_replicas
         and leader == reg.leader
+        and elr == reg.elr
+        and last_known == reg.last_known_elr
     ):
         return None
     bump = leader != reg.leader or not set(reg.replicas) <= set(t_replicas)
@@ -108,6 +124,8 @@ def build_change(
         replicas=None if t_replicas == reg.replicas else t_replicas,
         removing_replicas=None if t_removing == reg.removing_replicas else t_removing,
         adding_replicas=None if t_adding == reg.adding_replicas else t_adding,
+        elr=None if elr == reg.elr else elr,
+        last_known_elr=None if last_known == reg.last_known_elr else last_known,
     )
 
 
@@ -141,6 +159,7 @@ def start_change(
     reg: PartitionRegistration,
     target: list[int],
     usable: set[int],
+    policy: ElrPolicy = ELR_OFF,
 ) -> PartitionChangeRecord | None:
     """Kafka's changePartitionReassignment (over an ongoing one too: the replicas it was
     adding that the new target leaves out are then removed)."""
@@ -154,6 +173,7 @@ def start_change(
         replicas=tuple(target) + removing,
         removing=removing,
         adding=adding,
+        policy=policy,
     )
 
 
@@ -163,6 +183,7 @@ def cancel_change(
     reg: PartitionRegistration,
     usable: set[int],
     unclean_allowed: bool,
+    policy: ElrPolicy = ELR_OFF,
 ) -> PartitionChangeRecord | None:
     """Kafka's cancelPartitionReassignment with PartitionReassignmentRevert."""
     if not reg.is_reassigning:
@@ -192,6 +213,7 @@ def cancel_change(
         removing=(),
         adding=(),
         unclean=unclean_allowed,
+        policy=policy,
     )
 
 
@@ -258,11 +280,12 @@ class ReassignmentControlManager:
                 Errors.UNKNOWN_TOPIC_OR_PARTITION,
                 f"Unable to find partition {target.topic}:{target.partition}.",
             )
+        policy = self._configuration.elr_policy(image, topic.name)
         if target.replicas is None:
             unclean = self._configuration.unclean_leader_election(image, topic.name)
-            return cancel_change(topic.topic_id, target.partition, reg, usable, unclean)
+            return cancel_change(topic.topic_id, target.partition, reg, usable, unclean, policy)
         validate_target(image, target.replicas)
-        return start_change(topic.topic_id, target.partition, reg, target.replicas, usable)
+        return start_change(topic.topic_id, target.partition, reg, target.replicas, usable, policy)
 
     def list_reassignments(
         self, image: MetadataImage, req: ListPartitionReassignmentsRequest, now_ms: int
@@ -316,7 +339,13 @@ class ReassignmentControlManager:
                 reg = after.partition(topic_id, p)
                 if reg is None or not reg.is_reassigning:
                     continue
-                change = build_change(topic_id, p, reg, usable)
+                topic = after.topics.get(topic_id)
+                policy = (
+                    self._configuration.elr_policy(after, topic.name)
+                    if topic is not None
+                    else ELR_OFF
+                )
+                change = build_change(topic_id, p, reg, usable, policy=policy)
                 # Only a completion (it clears adding or removing): other changes are
                 # the replication manager's.
                 if change is not None and () in (change.adding_replicas, change.removing_replicas):

@@ -268,3 +268,27 @@ def test_turning_elr_off_keeps_an_elr_member_as_the_last_isr_member() -> None:
     bare = PartitionView((1, 2), (), NO_LEADER, 0, 0, last_known_elr=(1,))
     cleared = elect(bare, set(), unclean_allowed=False)
     assert cleared is not None and cleared.isr == () and cleared.last_known_elr == ()
+
+
+def test_reassignment_keeps_the_elr_within_the_replicas_and_out_of_the_isr() -> None:
+    """The stateful controller test found reassignment changes (built without ELR) that
+    left a replica in both the ISR and the ELR, or an ELR beside an ISR at min ISR."""
+    from kraft.reassignment import build_change, start_change
+
+    on = ElrPolicy(enabled=True, min_isr=1)
+    # Broker 0 fenced, the partition offline with 0 as its ELR and last known leader;
+    # moved to broker 1 (usable).
+    reg = PartitionRegistration((0,), (), -1, 1, 1, elr=(0,), last_known_elr=(0,))
+    change = start_change("t", 0, reg, [1], {1}, on)
+    assert change is not None
+    replicas = change.replicas or reg.replicas
+    elr = reg.elr if change.elr is None else change.elr
+    last_known = reg.last_known_elr if change.last_known_elr is None else change.last_known_elr
+    assert set(elr) <= set(replicas) and not set(elr) & set(change.isr)
+    assert not set(last_known) & set(change.isr)
+    # A reassignment completing with an ISR at min ISR: no ELR is left beside it.
+    moving = PartitionRegistration(
+        (1, 0), (1,), 1, 2, 3, removing_replicas=(0,), adding_replicas=(), elr=(0,)
+    )
+    done = build_change("t", 0, moving, {1}, policy=on)
+    assert done is not None and done.elr == () and done.isr == (1,)
