@@ -32,10 +32,25 @@ from metadata_log.image import MetadataImage
 log = logging.getLogger(__name__)
 
 
-def _brokers(apis: BrokerApis, image: MetadataImage) -> list[dict[str, Any]]:
-    """Unfenced brokers with an endpoint on this listener."""
+def _brokers(
+    apis: BrokerApis, image: MetadataImage, *, fenced_if_none: bool = False
+) -> list[dict[str, Any]]:
+    """Unfenced brokers with an endpoint on this listener.
+
+    With `fenced_if_none`, and no broker unfenced, the registered fenced ones instead. Kafka
+    lists only unfenced brokers, so when a controller-to-broker cut outlasts the session
+    every broker is fenced for a moment and Metadata lists none. librdkafka then forgets
+    every broker it knew, bootstrap ones too, and re-bootstraps only after
+    `metadata.recovery.rebootstrap.trigger.ms` (5 min): its consumers stall long after the
+    brokers are unfenced again (the fault campaign's seed 2494538150). Listing the fenced
+    brokers keeps the client connected; every partition is offline meanwhile, so it only
+    retries Metadata until the brokers are unfenced.
+    """
+    regs = image.live_brokers()
+    if not regs and fenced_if_none:
+        regs = [b for _, b in sorted(image.brokers.items())]
     out = []
-    for b in image.live_brokers():
+    for b in regs:
         ep = apis.advertised_endpoint(b.broker_id)
         if ep is not None:
             out.append(
@@ -64,8 +79,9 @@ def _controller_id(brokers: list[dict[str, Any]], correlation_id: int) -> int:
 async def handle_metadata(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     v = header.api_version
     image = apis.image()
-    brokers = _brokers(apis, image)
-    live = {b["node_id"] for b in brokers}
+    brokers = _brokers(apis, image, fenced_if_none=True)
+    # Partitions are described against the unfenced brokers, whatever `brokers` lists.
+    live = {b.broker_id for b in image.live_brokers() if apis.advertised_endpoint(b.broker_id)}
     authz = apis.authorizer is not None
     topics: list[dict[str, Any]] = []
     described: list[dict[str, Any]] = []  # entries of topics the principal may describe
