@@ -435,10 +435,11 @@ class Log(LogCleanupMixin, TxnLogMixin):
                 # Kafka does this too (UnifiedLog.truncateTo): an epoch we started as
                 # leader at our LEO without appending to it must go, or our fetches
                 # keep naming an epoch the new leader never had, and diverge forever.
-                # A log with no records left (start == LEO) keeps its entry: it stands
-                # for the records deleted before the start, not for an empty epoch.
-                if self._leo > self.log_start_offset:
-                    self.leader_epoch_cache.truncate_from_end(self._leo)
+                # An empty log (start == LEO) is no exception: its entry at the LEO may
+                # be such an epoch (found by the replication model), and when it stands
+                # for records deleted before the start, dropping it only makes the next
+                # fetch name no epoch, which the leader does not check.
+                self.leader_epoch_cache.truncate_from_end(self._leo)
                 return False
             if offset < self._segments[0].base_offset:
                 self.truncate_fully_and_start_at(offset)

@@ -39,6 +39,28 @@ def test_a_leader_that_never_appended_in_its_epoch_drops_it_when_it_follows() ->
         m.teardown()
 
 
+def test_an_empty_follower_drops_the_epoch_it_led_without_appending() -> None:
+    """The same with an empty log (make test-long found it): broker 3 led epoch 1 with
+    nothing in its log, then followed broker 1, whose log had a record of epoch 0. Broker
+    1 answered "diverging at (0, 1)"; the truncation to 0 was a no-op that kept epoch 1,
+    because an empty log was exempt from dropping it, and broker 3 never caught up. The
+    exemption is gone, as in Kafka."""
+    m = replay(
+        ("fault", (1, "pause")),
+        ("fault", (2, "sigkill")),
+        ("tick", (10_000,)),
+        ("recover_all", ()),
+        ("sync_metadata", (3,)),
+        ("tick", (10_000,)),
+        ("produce", (1, False, 0)),
+    )
+    try:
+        m.heal_and_check()
+    finally:
+        m._healable = False
+        m.teardown()
+
+
 def test_a_registering_broker_does_not_hand_its_isr_place_to_dead_brokers() -> None:
     """Broker 3 lost an acknowledged record in a machine crash; brokers 1 and 2 were then
     killed. When all three came back, broker 1's registration moved the leadership to

@@ -215,14 +215,24 @@ def test_truncating_at_the_leo_drops_an_epoch_started_there(tmp_path: Path) -> N
     assert Log(tmp_path / "t-0").latest_epoch == 0
 
 
-def test_truncating_an_emptied_log_at_its_leo_keeps_its_epoch(tmp_path: Path) -> None:
-    """All records deleted (start == LEO == 7): the epoch entry moved to 7 stands for
-    the deleted records and stays when a truncation to the LEO comes (found by
-    tests/storage/test_log_stateful.py after the change above)."""
+def test_truncating_an_empty_log_at_its_leo_drops_an_epoch_started_there(tmp_path: Path) -> None:
+    """An empty log (start == LEO == 0) whose replica led epoch 1 without appending, then
+    follows: the truncation to the LEO must drop epoch 1 too (found by the replication
+    model: the follower named epoch 1 forever and never caught up). Kafka's truncateTo
+    truncates the epoch cache at the LEO whatever the log holds."""
+    log = Log(tmp_path / "t-0")
+    log.leader_epoch_cache.assign(1, 0)
+    assert log.truncate_to(0) is False
+    assert log.latest_epoch == -1 and log.leader_epoch_cache.entries == []
+
+
+def test_truncating_an_emptied_log_at_its_leo_drops_the_moved_epoch(tmp_path: Path) -> None:
+    """All records deleted (start == LEO == 7): the entry moved to 7 goes too, as in
+    Kafka (UnifiedLog.truncateTo); the next fetch names no epoch, which a leader does not
+    check."""
     log = Log(tmp_path / "t-0")
     log.append_as_leader(batch(b"a", n=2), 0)
     log.append_as_leader(batch(b"b", n=5), 0)
     log.delete_records_before(7)
-    epochs = log.leader_epoch_cache.entries
     assert log.truncate_to(7) is False
-    assert log.leader_epoch_cache.entries == epochs and log.latest_epoch == 0
+    assert log.leader_epoch_cache.entries == [] and log.log_start_offset == 7

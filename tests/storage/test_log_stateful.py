@@ -276,7 +276,8 @@ class LogMachine(LogInvariants, RuleBasedStateMachine):
         first_segment_base = self.log.segments[0].base_offset
         changed = self.log.truncate_to(target)
         assert changed == (target < self.leo)
-        if not changed:
+        if not changed:  # no batch goes, but an epoch starting at the LEO does (Kafka)
+            self._epochs_truncated_from_end(self.leo)
             return
         if target < first_segment_base:
             self.batches, self.leo, self.lso, self.epochs = [], target, target, []
