@@ -1,7 +1,6 @@
 """A partition hosted on this broker: its sans-I/O replication core, its log, its
-producer state, and the futures of fetches waiting for it. The follower side lives
-here too: what a leader's fetch answer does to our log (append, truncate on a
-diverging epoch, move the log start) and to our HW.
+producer state, and the futures of fetches waiting for it. Its follower side (what a
+leader's fetch answer does to our log and HW) is the mixin in broker/hosted_follower.py.
 
 Transactions (KIP-98): the last stable offset is min(first unstable offset, HW) on a
 leader and on a follower alike (each from its own producer state and HW); read_committed
@@ -23,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from broker.change_feed import ChangeFeed
-from broker.fetcher import FollowerData, FollowerFetchState
+from broker.hosted_follower import FollowerSideMixin
 from broker.partition import AlterIsr, Partition
 from broker.producer_recovery import aborted_entry, log_headers, reload_producers, take_snapshot
 from broker.producer_state import (
@@ -39,11 +38,10 @@ from metadata_log.image import PartitionRegistration
 from storage.control_batch import ABORT, COMMIT, build_marker_batch
 from storage.epoch_cache import UNDEFINED_EPOCH
 from storage.log import Log
-from storage.log_types import FetchDataInfo, OffsetOutOfRangeError, UnexpectedAppendOffsetError
+from storage.log_types import FetchDataInfo, OffsetOutOfRangeError
 from storage.record_batch import (
     CheckedBatch,
     RecordBatchError,
-    iter_batches,
     validate_records,
 )
 from storage.records import decode_batch
@@ -112,7 +110,7 @@ def finish_acks(done: list[tuple[asyncio.Future[int], int]]) -> None:
 
 
 @dataclass(eq=False)
-class HostedPartition:
+class HostedPartition(FollowerSideMixin):
     core: Partition[asyncio.Future[int]]
     log: Log
     producers: ProducerStateManager
@@ -444,95 +442,6 @@ class HostedPartition:
             return ListOffsetResult(Errors.NONE, -1, -1, -1)
         return ListOffsetResult(Errors.NONE, found.timestamp, found.offset, found.leader_epoch)
 
-    # -- follower side ------------------------------------------------------------------------
-
-    def fetch_state(self) -> FollowerFetchState:
-        lg = self.log
-        return FollowerFetchState(
-            self.core.leader_epoch,
-            lg.log_end_offset,
-            lg.latest_epoch,
-            lg.log_start_offset,
-            self.core.topic_id,
-        )
-
-    async def apply_leader_answer(self, sent: FollowerFetchState, data: FollowerData) -> int:
-        """Apply the leader's answer to the fetch we sent as `sent` (truncations, which
-        may delete files, in a thread). Returns its error code (non-zero: the fetcher
-        backs off this partition until metadata catches up)."""
-        if data.diverging_epoch is not None or data.error_code == Errors.OFFSET_OUT_OF_RANGE:
-            return await asyncio.to_thread(self.apply_leader_answer_now, sent, data)
-        return self.apply_leader_answer_now(sent, data)
-
-    def apply_leader_answer_now(self, sent: FollowerFetchState, data: FollowerData) -> int:
-        """`apply_leader_answer`, all in the calling thread."""
-        lg = self.log
-        now = self.fetch_state()
-        if now.leader_epoch != sent.leader_epoch or now.fetch_offset != sent.fetch_offset:
-            # Our log or leader moved while the request was out (a truncation, a new
-            # epoch): the answer is about a state we left. Kafka's fetcher drops it too.
-            return Errors.NONE
-        if data.error_code == Errors.OFFSET_OUT_OF_RANGE:
-            if data.log_start_offset > lg.log_end_offset:
-                self._restart_at(data.log_start_offset)
-            else:  # ahead of the leader: back to what was committed
-                self._truncate(self.core.high_watermark)
-            return Errors.NONE
-        if data.error_code:
-            return data.error_code
-        if data.diverging_epoch is not None:
-            self._truncate(self._truncation_point(*data.diverging_epoch))
-            return Errors.NONE
-        if data.records:
-            try:
-                self._append(data.records)
-            except UnexpectedAppendOffsetError:
-                # Our tail ends inside a batch of the leader's: drop it and take theirs.
-                self._truncate(next(iter_batches(data.records)).base_offset)
-                try:
-                    self._append(data.records)
-                except RecordBatchError as exc:
-                    log.error("cannot append the leader's batches to %s: %s", self.name, exc)
-                    return exc.error_code
-            except RecordBatchError as exc:
-                log.error("bad batch from the leader of %s: %s", self.name, exc)
-                return exc.error_code
-        if lg.log_start_offset < data.log_start_offset <= lg.log_end_offset:
-            lg.delete_records_before(data.log_start_offset)
-        self.core.on_follower_progress(data.high_watermark, lg.log_end_offset)
-        return Errors.NONE
-
-    def _truncation_point(self, epoch: int, end_offset: int) -> int:
-        """Where to cut our log given the leader's (epoch, end offset) for our last
-        fetched epoch (KIP-279/320): the smaller of the two ends of that epoch. When we
-        do not have that epoch, cut where our next epoch starts and let the leader
-        check again on the next fetch."""
-        lg = self.log
-        local_epoch, local_end = lg.leader_epoch_cache.end_offset_for(epoch, lg.log_end_offset)
-        if local_epoch == UNDEFINED_EPOCH or local_end < 0:
-            target = min(end_offset, lg.log_end_offset)
-        elif local_epoch == epoch:
-            target = min(end_offset, local_end)
-        else:
-            target = local_end
-        log.info("%s diverged at epoch %d; truncating to %d", self.name, epoch, target)
-        return max(0, target)
-
-    def _append(self, records: bytes) -> None:
-        if self.log.append_as_follower(records) is not None:
-            headers = [BatchHeader.of(v) for v in iter_batches(records)]
-            self._index(self.producers.record(headers))
-
-    def _truncate(self, offset: int) -> None:
-        if offset < self.core.high_watermark:
-            # Epoch-based truncation never needs this (KIP-101); Kafka warns and goes on.
-            log.warning(
-                "%s truncating to %d, below its HW %d", self.name, offset, self.core.high_watermark
-            )
-        if self.log.truncate_to(offset):
-            self.reload_producers()
-        self.core.on_truncate(self.log.log_end_offset)
-
     def reload_producers(self) -> None:
         """After a truncation (Kafka's truncateAndReload): the newest snapshot at or
         below the new LEO plus the batches after it. The truncation dropped the later
@@ -542,9 +451,3 @@ class HostedPartition:
     def snapshot(self) -> None:
         """A producer snapshot at the LEO (clean shutdown: a restart replays nothing)."""
         take_snapshot(self.log, self.producers, self.log.log_end_offset)
-
-    def _restart_at(self, offset: int) -> None:
-        self.log.truncate_fully_and_start_at(offset)
-        self.producers.clear()
-        self.core.on_truncate(offset)
-        self.core.high_watermark = offset
