@@ -22,6 +22,7 @@ import msgspec
 from aiohttp import web
 
 from common.errors import Errors
+from kraft.broker_connections import BrokerConnections
 from kraft.http_auth import ApiAuth, Authenticator
 from kraft.service import ControllerApiError, ControllerService, NotActiveController
 from metadata_log.controller_api import (
@@ -285,79 +286,13 @@ def _refused(status: int, message: str, token_presented: bool) -> web.Response:
     return _error(status, Errors.CLUSTER_AUTHORIZATION_FAILED, message)
 
 
-# -- brokers' connections: a dead process's are closed by its kernel ----------------------
-
-BROKER_HEADER = "X-Kraft-Broker"  # "<broker id>:<broker epoch>" (broker/controller_channel.py)
-_BROKER_IDENT = re.compile(r"([0-9]{1,10}):([0-9]{1,19})")
-CONNECTION_CHECK_S = 0.1  # how often closed connections are looked for
-
-
-class _BrokerConnections:
-    """The open connections of each broker incarnation, learnt from the header its requests
-    carry. When the last one closes, the process is probably gone (a live broker keeps the
-    connection its heartbeats use): that is reported to the service as a `disconnected`
-    event, and the controller decides (kraft/cluster_control.py; a controller that is not
-    active ignores it). aiohttp has no close callback for a connection (its protocol has
-    slots), so open connections are checked every CONNECTION_CHECK_S."""
-
-    def __init__(self, service: ControllerService) -> None:
-        self._service = service
-        self._owner: dict[Any, tuple[int, int]] = {}  # aiohttp protocol -> (broker, epoch)
-        self._count: Counter[tuple[int, int]] = Counter()
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def note(self, request: web.Request) -> None:
-        raw = request.headers.get(BROKER_HEADER)
-        if raw is None:
-            return
-        match = _BROKER_IDENT.fullmatch(raw)
-        if match is None or request.transport is None:
-            return
-        ident = (int(match[1]), int(match[2]))
-        old = self._owner.get(request.protocol)
-        if old == ident:
-            return
-        if old is not None:  # registered again on the same connection: a new epoch
-            self._count[old] -= 1
-            if self._count[old] <= 0:
-                del self._count[old]
-        self._owner[request.protocol] = ident
-        self._count[ident] += 1
-
-    async def watch(self) -> None:
-        while True:
-            await asyncio.sleep(CONNECTION_CHECK_S)
-            closed = [p for p in self._owner if p.transport is None or p.transport.is_closing()]
-            for proto in closed:
-                ident = self._owner.pop(proto)
-                self._count[ident] -= 1
-                if self._count[ident] <= 0:
-                    del self._count[ident]
-                    self._report(*ident)
-
-    def _report(self, broker_id: int, broker_epoch: int) -> None:
-        req = BrokerUnreachableRequest(broker_id, broker_epoch, -1, "disconnected")
-
-        async def report() -> None:
-            try:
-                await self._service.broker_unreachable(req)
-            except (NotActiveController, ControllerApiError, TimeoutError):
-                pass  # not ours to decide, or the session timeout still holds
-            except Exception:
-                log.exception("reporting broker %d's lost connections failed", broker_id)
-
-        task = asyncio.create_task(report())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-
 class _Api:
     def __init__(self, service: ControllerService, max_body_bytes: int, auth: ApiAuth) -> None:
         self.service = service
         self.max_body_bytes = max_body_bytes
         self.authenticator = Authenticator(auth)
         self.responses: Counter[int] = Counter()
-        self.broker_connections = _BrokerConnections(service)
+        self.broker_connections = BrokerConnections(service)
 
     @web.middleware
     async def middleware(
@@ -548,7 +483,7 @@ def make_app(
 
 
 def _watching(
-    connections: _BrokerConnections,
+    connections: BrokerConnections,
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         task = asyncio.create_task(connections.watch(), name="broker-connections")

@@ -1,6 +1,6 @@
 """The controller's HTTP layer reports a broker whose connections all closed (its process
 died: the kernel closes them) as a `disconnected` BrokerUnreachableRequest, and decides
-nothing itself (kraft/http_api.py `_BrokerConnections`; the rule is kraft/cluster_control.py)."""
+nothing itself (kraft/broker_connections.py; the rule is kraft/cluster_control.py)."""
 
 from __future__ import annotations
 
