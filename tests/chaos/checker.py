@@ -3,7 +3,8 @@ history is plain data, so the unit tests feed it synthetic histories with each a
 
 A history holds:
 - sends: every produce attempt, {"producer", "value", "topic", "partition", "status"
-  ("ok" | "failed" | "unknown"), "offset" (for "ok"), "t"}; a failed or unknown send may
+  ("ok" | "failed" | "unknown"), "offset" (for "ok"; None when librdkafka acknowledged
+  it without one), "t"}; a failed or unknown send may
   or may not be in the log (a timed-out idempotent send is indefinite), so only "ok"
   sends are owed;
 - polls: every record a consumer returned, {"consumer", "gen", "topic", "partition",
@@ -67,6 +68,7 @@ def check(history: dict[str, Any]) -> dict[str, Any]:
         if value not in sent_values:
             found["phantom"].append({"value": value, "at": sorted(where[value])})
 
+    without_offset = 0
     for s in sends:
         if s["status"] != "ok":
             continue
@@ -74,11 +76,22 @@ def check(history: dict[str, Any]) -> dict[str, Any]:
         part = drain.get(tp, {"records": [], "end": 0})
         got = drained.get(tp, {}).get(s["value"])
         if got is None:
-            # Lost only if the drain read everything up to an end past the ack's offset.
-            beyond = part.get("end", 0) > s["offset"] and not part.get("incomplete")
+            # Lost only if the drain read everything up to an end past the ack's offset. An
+            # ack without an offset (below) was committed when it came, so under the final
+            # HW: lost if the drain finished.
+            if s["offset"] is None:
+                beyond = not part.get("incomplete")
+            else:
+                beyond = part.get("end", 0) > s["offset"] and not part.get("incomplete")
             cls = "lost" if beyond else "unseen"
             found[cls].append({"value": s["value"], "tp": tp, "acked_offset": s["offset"],
                                "drain_end": part.get("end", 0)})  # fmt: skip
+        elif s["offset"] is None:
+            # librdkafka acknowledges without an offset a message whose request timed out
+            # when a later batch of the same idempotent producer succeeds ("implicitly
+            # acked by subsequent batch success"): the sequence proves it written, but not
+            # where. It is owed (lost and duplicate apply), with no offset to compare.
+            without_offset += 1
         elif got != s["offset"]:
             found["inconsistent"].append(
                 {"value": s["value"], "tp": tp, "acked_offset": s["offset"], "found_at": got}
@@ -113,6 +126,7 @@ def check(history: dict[str, Any]) -> dict[str, Any]:
         "counts": {c: len(v) for c, v in found.items()},
         "examples": {c: v[:_EXAMPLES] for c, v in found.items() if v},
         "sends": dict(statuses),
+        "acked_without_offset": without_offset,
         "polls": len(polls),
         "drained": sum(len(p.get("records", [])) for p in drain.values()),
     }

@@ -93,6 +93,26 @@ def test_inconsistent_ack_offset_differs_from_log() -> None:
     assert result["examples"]["inconsistent"][0]["found_at"] == 2
 
 
+def test_an_ack_without_an_offset_is_owed_but_has_no_offset_to_compare() -> None:
+    """librdkafka's implicit ack (a later batch of the producer succeeded) carries no
+    offset: present once is clean (seed 942722353 was reported inconsistent), absent from a
+    finished drain is lost, absent from an unfinished one is unseen."""
+    h = clean()
+    h["sends"][1] = dict(h["sends"][1], offset=None)
+    result = check(h)
+    assert result["ok"] and result["acked_without_offset"] == 1, result
+    h["drain"]["t/0"]["records"].pop(1)
+    h["polls"] = [p for p in h["polls"] if p["offset"] != 1]
+    only(check(h), "lost")
+    h["drain"]["t/0"]["incomplete"] = True
+    only(check(h), "unseen")
+    h = clean()
+    h["sends"][1] = dict(h["sends"][1], offset=None)
+    h["drain"]["t/0"]["records"].append([3, "p0-1"])
+    h["drain"]["t/0"]["end"] = 4
+    only(check(h), "duplicate")
+
+
 def test_phantom_value_nobody_sent() -> None:
     h = clean()
     h["drain"]["t/0"]["records"].append([3, "zz-1"])
