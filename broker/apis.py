@@ -59,6 +59,7 @@ from broker.codec import (
     request_class,
 )
 from broker.codec_schema import topic_uuid
+from broker.fenced_brokers import RecentlyFencedBrokers
 from broker.security.session import current_session
 from common.acl import AclOperation, ResourceType
 from common.api_keys import ApiKey
@@ -95,6 +96,7 @@ class KafkaApis:
         *,
         authorizer: StandardAuthorizer | None = None,
         txn: TransactionCoordinator | None = None,
+        fenced_brokers: RecentlyFencedBrokers | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.cluster_id = cluster_id
@@ -104,6 +106,9 @@ class KafkaApis:
         self.txn: TransactionCoordinator = txn  # type: ignore[assignment]
         self.admin = admin
         self.authorizer = authorizer  # None: authorization off, everything allowed
+        # A metadata publisher in a running broker; bare, it names fenced brokers only
+        # when none is unfenced.
+        self.fenced_brokers = fenced_brokers or RecentlyFencedBrokers()
         # Our own (host, port) by listener name, as configured (the image may lag).
         self._advertised = dict(advertised or {})
         self._uuid_cache: tuple[object, dict[Any, str]] | None = None

@@ -18,6 +18,7 @@ from common.errors import Errors
 
 if TYPE_CHECKING:
     from broker.admin import Admin
+    from broker.fenced_brokers import RecentlyFencedBrokers
     from broker.group.manager import GroupCoordinator
     from broker.replica_manager import ReplicaManager
     from broker.security.authorizer import StandardAuthorizer
@@ -45,6 +46,8 @@ class BrokerApis(Protocol):
     # allowed. Handlers test it once per request before any per-resource check, so an
     # unsecured broker pays one attribute read.
     authorizer: StandardAuthorizer | None
+    # Which fenced brokers Metadata answers still name (broker/fenced_brokers.py).
+    fenced_brokers: RecentlyFencedBrokers
 
     def image(self) -> MetadataImage: ...
 

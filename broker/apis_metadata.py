@@ -33,22 +33,12 @@ log = logging.getLogger(__name__)
 
 
 def _brokers(
-    apis: BrokerApis, image: MetadataImage, *, fenced_if_none: bool = False
+    apis: BrokerApis, image: MetadataImage, *, for_metadata: bool = False
 ) -> list[dict[str, Any]]:
-    """Unfenced brokers with an endpoint on this listener.
-
-    With `fenced_if_none`, and no broker unfenced, the registered fenced ones instead. Kafka
-    lists only unfenced brokers, so when a controller-to-broker cut outlasts the session
-    every broker is fenced for a moment and Metadata lists none. librdkafka then forgets
-    every broker it knew, bootstrap ones too, and re-bootstraps only after
-    `metadata.recovery.rebootstrap.trigger.ms` (5 min): its consumers stall long after the
-    brokers are unfenced again (the fault campaign's seed 2494538150). Listing the fenced
-    brokers keeps the client connected; every partition is offline meanwhile, so it only
-    retries Metadata until the brokers are unfenced.
-    """
-    regs = image.live_brokers()
-    if not regs and fenced_if_none:
-        regs = [b for _, b in sorted(image.brokers.items())]
+    """Brokers with an endpoint on this listener: the unfenced ones, and for a Metadata
+    answer also the recently fenced, or every registered one when none is unfenced
+    (broker/fenced_brokers.py says why)."""
+    regs = apis.fenced_brokers.named(image) if for_metadata else image.live_brokers()
     out = []
     for b in regs:
         ep = apis.advertised_endpoint(b.broker_id)
@@ -79,7 +69,7 @@ def _controller_id(brokers: list[dict[str, Any]], correlation_id: int) -> int:
 async def handle_metadata(apis: BrokerApis, header: RequestHeader, body: Any) -> Response:
     v = header.api_version
     image = apis.image()
-    brokers = _brokers(apis, image, fenced_if_none=True)
+    brokers = _brokers(apis, image, for_metadata=True)
     # Partitions are described against the unfenced brokers, whatever `brokers` lists.
     live = {b.broker_id for b in image.live_brokers() if apis.advertised_endpoint(b.broker_id)}
     authz = apis.authorizer is not None

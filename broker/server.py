@@ -25,6 +25,7 @@ from broker.apis import KafkaApis
 from broker.config import BrokerConfig
 from broker.controller_channel import ControllerChannel
 from broker.dynamic_config import DynamicBrokerConfig, DynamicConfigPublisher, with_cleaner_backoff
+from broker.fenced_brokers import RecentlyFencedBrokers
 from broker.fetcher import FetcherConfig, FetcherManager
 from broker.group.manager import GroupCoordinator
 from broker.inter_broker_client import InterBrokerClient
@@ -148,6 +149,7 @@ class BrokerServer:
             if config.authorizer_enabled
             else None
         )
+        self.fenced_brokers = RecentlyFencedBrokers()
         # Who sees each applied metadata batch, in this order (one line per publisher).
         self.loader.publishers += [
             # first: the broker configs everything below reads (log defaults, min ISR)
@@ -156,6 +158,7 @@ class BrokerServer:
             *([self.authorizer] if self.authorizer is not None else []),  # the ACL bindings
             self.groups,  # loads or drops the groups of the offsets partitions we lead
             self.txn,  # loads or drops the transactions of the __transaction_state we lead
+            self.fenced_brokers,  # which fenced brokers Metadata answers still name
             self.lifecycle,  # last: "caught up" must mean every publisher above applied it
         ]
         self.apis = KafkaApis(
@@ -167,6 +170,7 @@ class BrokerServer:
             {x.name: (x.host, x.port) for x in config.advertised_listeners},
             authorizer=self.authorizer,
             txn=self.txn,
+            fenced_brokers=self.fenced_brokers,
         )
         self.listeners: list[KafkaServer] = []
         self._stop_tasks = asyncio.Event()
