@@ -33,6 +33,12 @@ from metadata_log.snapshot import SnapshotError, decode_snapshot, snapshot_recor
 log = logging.getLogger("broker.metadata_loader")
 
 LONG_POLL_WAIT_MS = 5_000
+# A long-poll answer later than its wait plus this is not coming: the controller died or
+# was cut off while the connection stayed open in our kernel (no FIN or RST reached us),
+# or it is paused. Waiting out the request timeout (30 s) instead left a broker serving
+# a stale image as a deposed leader long after the faults healed (fault campaign seed
+# 3751298459). Kafka's observers bound a fetch by controller.quorum.request.timeout.ms.
+LONG_POLL_MARGIN_MS = 5_000
 MAX_RECORDS = 5_000
 # The active controller writes a NoOpRecord every 5 s when idle: a controller that has
 # sent us nothing for this long is probably cut off from the quorum. Try another.
@@ -71,7 +77,7 @@ class MetadataLoader:
                 status, body, _ = await self._channel.get(
                     f"{base}/v1/metadata/log?from={self.image.offset + 1}"
                     f"&wait_ms={LONG_POLL_WAIT_MS}&max_records={MAX_RECORDS}&format=msgpack",
-                    LONG_POLL_WAIT_MS / 1000 + self._channel.request_timeout_s,
+                    (LONG_POLL_WAIT_MS + LONG_POLL_MARGIN_MS) / 1000,
                 )
                 if status == 410:
                     log.info(

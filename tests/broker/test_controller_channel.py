@@ -161,12 +161,16 @@ class FakeController:
         start = int(request.query["from"])
         if self.closing:
             return web.json_response({"error_code": 41, "error_message": "closing"}, status=503)
+        if self.role == "silent":  # accepts, never answers: killed while we were cut off
+            await asyncio.Event().wait()
         if start < self.log.trimmed_before:
             return web.json_response({"error_code": 1, "error_message": "trimmed"}, status=410)
         if start >= len(self.log.records):
             changed = self.log.changed
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), int(request.query["wait_ms"]) / 1000)
+        if self.role == "silent":  # a poll already waiting goes silent too
+            await asyncio.Event().wait()
         entries = self.log.records[start:]
         raw = {
             "records": [{"offset": o, "record": msgspec.Raw(encode(r))} for o, r in entries],
@@ -340,6 +344,30 @@ async def test_survives_the_controller_it_reads_from_going_away() -> None:
         await a.close()
         s.log.append(NoOpRecord())
         await eventually(lambda: ch.image.offset == s.log.image.offset, 10, "failover to b")
+
+
+@run
+async def test_a_long_poll_that_is_never_answered_moves_to_another_controller(
+    monkeypatch: Any,
+) -> None:
+    """The controller the loader reads from keeps the connection open and never answers
+    (killed while we were cut off, or paused): the loader gives up after the poll's wait
+    plus a margin and reads from another, not after the channel's request timeout (here
+    60 s, beyond the deadline)."""
+    import broker.metadata_loader as loader
+
+    monkeypatch.setattr(loader, "LONG_POLL_WAIT_MS", 200)
+    monkeypatch.setattr(loader, "LONG_POLL_MARGIN_MS", 300)
+    async with Setup() as s:
+        a, _ = s.controllers
+        ch = s.make_broker(broker_id=0)  # reads from a first
+        ch.channel.request_timeout_s = 60.0
+        await ch.start()
+        await ch.lifecycle.wait_until_caught_up(5)
+        a.role = "silent"
+        s.log.append(NoOpRecord())
+        await eventually(lambda: ch.image.offset == s.log.image.offset, 10, "reading from b")
+        a.role = "active"
 
 
 @run

@@ -1,7 +1,8 @@
 """`make chaos`: run fault schedules against a cluster of namespaced hosts and check each
 run's history. One schedule: set up the hosts, start the cluster, create the topics, start
 the workload, run the nemesis, heal, wait (at most LIVENESS_WINDOW_S) for every producer
-and consumer to make progress, stop the clients, drain, check, tear down.
+and consumer to make progress, stop the clients, wait (at most CONVERGE_WINDOW_S) for
+every broker's metadata to match the controllers', drain, check, tear down.
 
     python -m tests.chaos.campaign --schedules 20            # fresh seeds, printed
     python -m tests.chaos.campaign --seed 1234 --profile full # replay one
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.chaos.checker import check, summary_line
+from tests.chaos.converge import wait_converged
 from tests.chaos.faults import Nemesis
 from tests.chaos.forensics import explain_duplicates
 from tests.chaos.hosts import NsCluster
@@ -36,6 +38,7 @@ from tests.chaos.schedule import PROFILES, Schedule, generate
 from tests.chaos.workload import Workload, create_topics, drain
 
 LIVENESS_WINDOW_S = 30.0
+CONVERGE_WINDOW_S = 30.0  # for every broker's metadata to match the controllers'
 DEFAULT_OUT = Path(".cache/chaos")  # per-seed JSON, not committed
 
 
@@ -101,6 +104,11 @@ def run_schedule(schedule: Schedule, work_dir: Path) -> dict[str, Any]:
         phase("recover")
         workload.stop()
         phase("stop")
+        # The final read comes after every broker caught up with the controllers.
+        result["unconverged_brokers"] = wait_converged(
+            cluster.controllers, cluster.brokers, topics, CONVERGE_WINDOW_S
+        )
+        phase("converge")
         drained = drain(cluster.bootstrap, topics, p.partitions)
         phase("drain")
         h = workload.history
