@@ -15,7 +15,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -275,12 +282,29 @@ class Workload:
                                        "t": time.monotonic()})  # fmt: skip
 
 
-def create_topics(bootstrap: str, topics: list[str], partitions: int) -> None:
+def create_topics(bootstrap: str, topics: list[str], partitions: int,
+                  timeout_s: float = 60.0) -> None:  # fmt: skip
+    """Create the topics, retrying what fails until `timeout_s`. Just after the start a
+    broker's image may lag the controllers' by a poll: its Metadata answer can leave out
+    a broker that registered since, and librdkafka then drops that broker with the
+    CreateTopics request it carried ("Broker handle destroyed", seed 762310834)."""
     admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_QUIET})
-    new = [NewTopic(t, partitions, 3, config={"min.insync.replicas": "2"}) for t in topics]
-    for topic, fut in admin.create_topics(new, request_timeout=15).items():
-        fut.result(20)
-        del topic
+    todo = list(topics)
+    deadline = time.monotonic() + timeout_s
+    while todo:
+        new = [NewTopic(t, partitions, 3, config={"min.insync.replicas": "2"}) for t in todo]
+        failed: list[str] = []
+        for topic, fut in admin.create_topics(new, request_timeout=15).items():
+            try:
+                fut.result(20)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # a retry's echo
+                    if time.monotonic() > deadline:
+                        raise
+                    failed.append(topic)
+        todo = failed
+        if todo:
+            time.sleep(0.5)
 
 
 def drain(bootstrap: str, topics: list[str], partitions: int,
