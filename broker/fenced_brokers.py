@@ -68,12 +68,11 @@ class RecentlyFencedBrokers:
         those fenced within the window, or every registered one when none is unfenced."""
         now = self._monotonic_ms() if now_ms is None else now_ms
         regs = [b for _, b in sorted(image.brokers.items())]
-        named = [
-            b
-            for b in regs
-            if not b.fenced
-            or now - self._fenced_at.get(b.broker_id, now - self.window_ms) < self.window_ms
-        ]
-        if any(not b.fenced for b in regs):
-            return named
-        return regs
+        if all(b.fenced for b in regs):
+            return regs
+
+        def recent(broker_id: int) -> bool:
+            fenced_at = self._fenced_at.get(broker_id)
+            return fenced_at is not None and now - fenced_at < self.window_ms
+
+        return [b for b in regs if not b.fenced or recent(b.broker_id)]
