@@ -24,7 +24,7 @@ outcome: the client is told to retry), and an entry decided after one that never
 is refused.
 
 This module holds the bookkeeping only: which entries are in flight, what the next one
-is decided on, and what a settled entry means for its waiters. The node (kraft/node.py)
+is decided on, and what a settled entry means for its waiters. The node (kraft/node_writes.py)
 does the I/O.
 """
 
