@@ -31,6 +31,7 @@ from broker.group.config import GroupConfig, partition_for
 from broker.group.group import Group, GroupState, Member, log
 from broker.group.messages import Append, Out, Reply
 from broker.group.offsets import OffsetsMixin
+from broker.group.sync import SyncMixin
 from broker.group.timers import TimersMixin
 from broker.group.txn_offsets import TxnOffsetsMixin
 from common.errors import Errors
@@ -45,7 +46,9 @@ COMPLETING, STABLE, DEAD = (
 )
 
 
-class GroupCoordinatorCore(TimersMixin[T], TxnOffsetsMixin[T], OffsetsMixin[T], Generic[T]):
+class GroupCoordinatorCore(
+    SyncMixin[T], TimersMixin[T], TxnOffsetsMixin[T], OffsetsMixin[T], Generic[T]
+):
     def __init__(self, config: GroupConfig, new_member_id: Callable[[str], str]) -> None:
         self.config = config
         # The partition count of __consumer_offsets: the config's until the topic exists
@@ -411,13 +414,6 @@ class GroupCoordinatorCore(TimersMixin[T], TxnOffsetsMixin[T], OffsetsMixin[T], 
         else:
             self._maybe_complete_join(g, now_ms, out)
 
-    def _reset_assignments(self, g: Group[T], code: int, out: list[Out[T]]) -> None:
-        for mem in g.members.values():
-            mem.assignment = b""
-            if mem.sync_token is not None:
-                out.append(Reply(mem.sync_token, m.SyncResult(code)))
-                mem.sync_token = None
-
     @staticmethod
     def _fail_waiting(mem: Member[Any], code: int, out: list[Out[Any]]) -> None:
         for token in (mem.join_token, mem.join_answer):
@@ -427,68 +423,6 @@ class GroupCoordinatorCore(TimersMixin[T], TxnOffsetsMixin[T], OffsetsMixin[T], 
         if mem.sync_token is not None:
             out.append(Reply(mem.sync_token, m.SyncResult(code)))
             mem.sync_token = None
-
-    # -- SyncGroup -----------------------------------------------------------------------------
-
-    def sync(self, token: T, req: m.SyncRequest, now_ms: int) -> list[Out[T]]:
-        def fail(code: int) -> list[Out[T]]:
-            return [Reply(token, m.SyncResult(code))]
-
-        if (code := self.check(req.group_id)) != Errors.NONE:
-            return fail(code)
-        g = self.groups.get(req.group_id)
-        if g is None:
-            return fail(Errors.UNKNOWN_MEMBER_ID)
-        if (code := g.member_error(req.member_id, req.group_instance_id)) != Errors.NONE:
-            return fail(code)
-        mem = g.members[req.member_id]
-        if req.generation_id != g.generation_id:
-            return fail(Errors.ILLEGAL_GENERATION)
-        if (req.protocol_type is not None and req.protocol_type != g.protocol_type) or (
-            req.protocol_name is not None and req.protocol_name != g.protocol_name
-        ):
-            return fail(Errors.INCONSISTENT_GROUP_PROTOCOL)
-        if g.state == PREPARING:
-            return fail(Errors.REBALANCE_IN_PROGRESS)
-        if g.state != COMPLETING and g.state != STABLE:
-            return fail(Errors.UNKNOWN_MEMBER_ID)
-        mem.last_heartbeat_ms = now_ms
-        g.awaiting_sync.discard(mem.member_id)
-        if g.state == STABLE:
-            return [Reply(token, self._sync_result(g, mem.assignment))]
-        out: list[Out[T]] = []
-        if mem.sync_token is not None:
-            out.append(Reply(mem.sync_token, m.SyncResult(Errors.REBALANCE_IN_PROGRESS)))
-        mem.sync_token = token
-        if mem.member_id == g.leader_id:
-            assignment = dict(req.assignments)
-            generation = g.generation_id
-            for x in g.members.values():
-                x.assignment = assignment.get(x.member_id, b"")
-
-            def stored(code: int, now: int) -> list[Out[T]]:
-                done: list[Out[T]] = []
-                if g.state != COMPLETING or g.generation_id != generation:
-                    return done  # a newer rebalance took over; it answered the waiters
-                if self.groups.get(g.group_id) is not g:
-                    return done
-                if code != Errors.NONE:
-                    self._reset_assignments(g, m.write_error(code, offsets=False), done)
-                    self._prepare_rebalance(g, now, done)
-                    return done
-                g.transition(STABLE, now)
-                for x in g.members.values():
-                    if x.sync_token is not None:
-                        done.append(Reply(x.sync_token, self._sync_result(g, x.assignment)))
-                        x.sync_token = None
-                return done
-
-            out.append(self._store_group(g, stored))
-        return out
-
-    @staticmethod
-    def _sync_result(g: Group[Any], assignment: bytes) -> m.SyncResult:
-        return m.SyncResult(Errors.NONE, g.protocol_type, g.protocol_name, assignment)
 
     # -- Heartbeat, LeaveGroup -----------------------------------------------------------------
 
