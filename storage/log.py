@@ -5,7 +5,8 @@ place; as follower: keep the leader's offsets), read slices bounded by a max off
 (the HW), look up by timestamp, truncate, move the log start, apply retention, flush,
 and recover a torn tail after a crash. Mirrors Kafka's UnifiedLog/LocalLog. The
 transaction side (aborted-transaction indexes, producer snapshots) is storage/log_txn.py;
-retention and compaction's segment swap are storage/log_cleanup.py.
+retention and compaction's segment swap are storage/log_cleanup.py; truncation and the log
+start's moves are storage/log_truncation.py.
 
 Thread safety: every public method takes the log's lock, except that `flush` does its
 fsyncs outside it so a background flush never stalls appends.
@@ -26,6 +27,7 @@ from storage.config import LogConfig
 from storage.epoch_cache import LeaderEpochCache
 from storage.log_cleanup import LogCleanupMixin
 from storage.log_loader import LoadedLog, load_log
+from storage.log_truncation import LogTruncationMixin
 from storage.log_txn import TxnLogMixin
 from storage.log_types import (
     FetchDataInfo,
@@ -60,7 +62,7 @@ log = logging.getLogger(__name__)
 FOLLOWER_PAGE_CACHE_BYTES = 32 << 20
 
 
-class Log(LogCleanupMixin, TxnLogMixin):
+class Log(LogTruncationMixin, LogCleanupMixin, TxnLogMixin):
     def __init__(
         self,
         directory: Path | str,
@@ -422,78 +424,6 @@ class Log(LogCleanupMixin, TxnLogMixin):
             if best.max_timestamp_so_far < 0:
                 return None
             return self.offset_for_timestamp(best.max_timestamp_so_far)
-
-    # -- truncation and the log start --------------------------------------------------------
-
-    def truncate_to(self, offset: int) -> bool:
-        """Remove every batch holding offsets >= `offset` (a follower's divergent tail)."""
-        if offset < 0:
-            raise ValueError(f"cannot truncate to negative offset {offset}")
-        with self._lock:
-            self._check_open()
-            if offset >= self._leo:
-                # Kafka does this too (UnifiedLog.truncateTo): an epoch we started as
-                # leader at our LEO without appending to it must go, or our fetches
-                # keep naming an epoch the new leader never had, and diverge forever.
-                # An empty log (start == LEO) is no exception: its entry at the LEO may
-                # be such an epoch (found by the replication model), and when it stands
-                # for records deleted before the start, dropping it only makes the next
-                # fetch name no epoch, which the leader does not check.
-                self.leader_epoch_cache.truncate_from_end(self._leo)
-                return False
-            if offset < self._segments[0].base_offset:
-                self.truncate_fully_and_start_at(offset)
-                return True
-            while len(self._segments) > 1 and self._bases[-1] > offset:
-                dead = self._segments.pop()
-                self._bases.pop()
-                dead.close()
-                dead.delete()
-            self._segments[-1].truncate_to(offset)
-            self._leo = self._segments[-1].next_offset()
-            self.leader_epoch_cache.truncate_from_end(self._leo)
-            self.recovery_point = min(self.recovery_point, self._leo)
-            if self.cleaner_checkpoint is not None:  # Kafka's maybeTruncateCheckpoint
-                self.cleaner_checkpoint = min(self.cleaner_checkpoint, self._leo)
-            self.log_start_offset = min(self.log_start_offset, self._leo)
-            leo = self._leo
-            self._delete_snapshots(lambda snapshot: snapshot > leo)
-            return True
-
-    def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Drop everything; the log restarts empty at `offset`."""
-        with self._lock:
-            self._check_open()
-            for seg in self._segments:
-                seg.close()
-                seg.delete()
-            self._segments = [self._new_segment(offset)]
-            self._bases = [offset]
-            self._leo = offset
-            self.leader_epoch_cache.clear()
-            self.log_start_offset = offset
-            self.recovery_point = offset
-            self.cleaner_checkpoint = None
-            self._delete_snapshots(lambda _snapshot: True)  # the producers' history is gone
-
-    def delete_records_before(self, offset: int) -> bool:
-        """Move the log start offset up to `offset` (DeleteRecords); drops whole segments.
-
-        The caller bounds `offset` by the high watermark, as Kafka does.
-        """
-        with self._lock:
-            self._check_open()
-            if offset > self._leo:
-                raise OffsetOutOfRangeError(
-                    f"cannot delete records before {offset}: the log ends at {self._leo}"
-                )
-            if offset <= self.log_start_offset:
-                return False
-            self.log_start_offset = offset
-            self.leader_epoch_cache.truncate_from_start(offset)
-            self._delete_segments_while(lambda seg, next_base: next_base <= offset)
-            self._delete_snapshots(lambda snapshot: snapshot < offset)
-            return True
 
     # -- durability and lifecycle ------------------------------------------------------------
 

@@ -3,7 +3,7 @@ log start) and compaction's segment swap (storage/cleaner.py plans and writes th
 segment; `replace_segments` puts it in place).
 
 A mixin, like storage/log_txn.py, so that `Log` keeps one public surface while its module
-stays about appends, reads, truncation and segments. Everything runs under the log's lock.
+stays about appends, reads and segments. Everything runs under the log's lock.
 """
 
 from __future__ import annotations
