@@ -21,10 +21,8 @@ The decision is sans-I/O (`observe` takes the time); the publisher shell reads t
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 from broker.metadata_publisher import LoaderManifest
+from common.clock import SYSTEM_CLOCK, Clock
 from metadata_log.delta import MetadataDelta
 from metadata_log.image import BrokerRegistration, MetadataImage
 
@@ -35,19 +33,15 @@ FENCED_LISTED_MS = 60_000
 class RecentlyFencedBrokers:
     """A metadata publisher that remembers when each broker was fenced."""
 
-    def __init__(
-        self,
-        window_ms: int = FENCED_LISTED_MS,
-        monotonic_ms: Callable[[], int] = lambda: int(time.monotonic() * 1000),
-    ) -> None:
+    def __init__(self, window_ms: int = FENCED_LISTED_MS, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.window_ms = window_ms
-        self._monotonic_ms = monotonic_ms
+        self._clock = clock
         self._fenced_at: dict[int, int] = {}  # broker id -> when we saw it fenced
 
     async def on_metadata_update(
         self, delta: MetadataDelta, image: MetadataImage, manifest: LoaderManifest
     ) -> None:
-        self.observe(manifest.previous, image, self._monotonic_ms())
+        self.observe(manifest.previous, image, self._clock.monotonic_ms())
 
     def observe(self, previous: MetadataImage, image: MetadataImage, now_ms: int) -> None:
         """Note the brokers `image` has fenced that `previous` had unfenced; forget the
@@ -66,7 +60,7 @@ class RecentlyFencedBrokers:
     def named(self, image: MetadataImage, now_ms: int | None = None) -> list[BrokerRegistration]:
         """The registrations a Metadata answer names, in broker id order: the unfenced,
         those fenced within the window, or every registered one when none is unfenced."""
-        now = self._monotonic_ms() if now_ms is None else now_ms
+        now = self._clock.monotonic_ms() if now_ms is None else now_ms
         regs = [b for _, b in sorted(image.brokers.items())]
         if all(b.fenced for b in regs):
             return regs

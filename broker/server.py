@@ -149,7 +149,7 @@ class BrokerServer:
             if config.authorizer_enabled
             else None
         )
-        self.fenced_brokers = RecentlyFencedBrokers()
+        self.fenced_brokers = RecentlyFencedBrokers(clock=clock)
         # Who sees each applied metadata batch, in this order (one line per publisher).
         self.loader.publishers += [
             # first: the broker configs everything below reads (log defaults, min ISR)
